@@ -1,0 +1,1 @@
+"""Ray actor classes: thin wrappers over ``fgl_ray.runtime``."""

@@ -1,0 +1,42 @@
+"""``ServerActor``: owns the client actors (supervisor pattern) and runs the rounds."""
+
+from __future__ import annotations
+
+import ray
+import torch
+
+from actors.client import ClientActor
+from fgl_ray.config import ExperimentConfig
+from fgl_ray.runtime.ray_backend import RayClientPool
+from fgl_ray.runtime.resources import ResourcePlan
+from fgl_ray.runtime.server import RoundResult, ServerRuntime
+
+
+@ray.remote
+class ServerActor:
+    """Starts one ``ClientActor`` per group in ``plan.assignment``; they die with it."""
+
+    def __init__(self, config: ExperimentConfig, graph_refs: dict[int, ray.ObjectRef], num_features: int,
+                 num_classes: int, plan: ResourcePlan) -> None:
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        self.actors = [
+            ClientActor.options(num_cpus=plan.cpus_per_actor, num_gpus=plan.gpus_per_actor).remote(
+                config, [graph_refs[c] for c in hosted], num_features, num_classes, plan.threads_per_actor)
+            for hosted in plan.assignment
+        ]
+        pool = RayClientPool(self.actors, plan.assignment)
+        self.server = ServerRuntime(config, pool, sorted(graph_refs), num_features, num_classes)
+
+    def run_round(self, round_index: int) -> RoundResult:
+        return self.server.run_round(round_index)
+
+    def global_weights(self) -> torch.Tensor:
+        return self.server.global_weights()
+
+    def client_weights(self) -> dict[int, torch.Tensor]:
+        """Weights held inside every client actor right now."""
+        merged: dict[int, torch.Tensor] = {}
+        for weights in ray.get([actor.weights.remote() for actor in self.actors]):
+            merged.update(weights)
+        return merged

@@ -1,0 +1,6 @@
+"""Federated algorithms, registered by name. Adding one is one new module plus its tests."""
+
+from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext, build_algorithm
+from fgl_ray.algorithms import fedavg, local  # noqa: F401  (registration)
+
+__all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "build_algorithm"]

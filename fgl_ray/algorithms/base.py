@@ -1,0 +1,129 @@
+"""The algorithm contract: client-side and server-side hooks.
+
+Client hooks run inside whichever process hosts the client (an actor, or the driver for the
+in-process backend) and keep per-client state in ``ctx.state``. Server hooks run in the
+server and keep their state on the ``server`` object they receive. The defaults implement
+FedAvg, so an algorithm overrides only what it changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict
+from torch import Tensor
+from torch_geometric.data import Data
+
+from fgl_ray.messages import Broadcast, ClientUpdate
+from fgl_ray.models import GraphModel
+from fgl_ray.params import load_buffer_vector, load_trainable_vector
+from fgl_ray.registry import Registry
+
+if TYPE_CHECKING:
+    from fgl_ray.config import ExperimentConfig
+    from fgl_ray.runtime.server import ServerRuntime
+
+ALGORITHMS: Registry[type["Algorithm"]] = Registry("algorithm")
+
+
+@dataclass
+class ClientContext:
+    """Everything one virtual client owns; ``state`` persists across rounds."""
+
+    client_id: int
+    data: Data
+    model: GraphModel
+    optimizer: torch.optim.Optimizer
+    config: "ExperimentConfig"
+    num_classes: int
+    device: torch.device
+    state: dict[str, Any] = field(default_factory=dict)
+    server_stats: dict[str, Tensor] = field(default_factory=dict)
+
+
+class Algorithm:
+    """Base class of every algorithm; subclasses set ``Options`` and override hooks."""
+
+    class Options(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Clients keep their own model between rounds instead of loading the server's.
+    personalized: ClassVar[bool] = False
+
+    def __init__(self, options: BaseModel, config: "ExperimentConfig") -> None:
+        self.options = options
+        self.config = config
+
+    # ------------------------------------------------------------------ client side
+    def setup_client(self, ctx: ClientContext) -> None:
+        """Runs once when the client is created (cache graph preprocessing here)."""
+
+    def receive(self, ctx: ClientContext, broadcast: Broadcast) -> None:
+        """Loads the server model assigned to this client and keeps the server statistics."""
+        if not (self.personalized and ctx.state.get("initialised")):
+            state = broadcast.model_for(ctx.client_id)
+            load_trainable_vector(ctx.model, state.params)
+            load_buffer_vector(ctx.model, state.buffers)
+            ctx.state["initialised"] = True
+        ctx.server_stats = dict(broadcast.stats)
+
+    def local_train(self, ctx: ClientContext) -> dict[str, float]:
+        """``local_epochs`` full-batch optimizer steps on :meth:`loss`; returns train metrics."""
+        ctx.model.train()
+        data = ctx.data
+        loss = torch.zeros(())
+        for _ in range(self.config.local_epochs):
+            ctx.optimizer.zero_grad(set_to_none=True)
+            loss = self.loss(ctx, ctx.model(data.x, data.edge_index))
+            loss.backward()
+            ctx.optimizer.step()
+        return {"loss": float(loss.detach())}
+
+    def loss(self, ctx: ClientContext, logits: Tensor) -> Tensor:
+        """The local objective; the default is cross-entropy on the training nodes."""
+        mask = ctx.data.train_mask
+        return F.cross_entropy(logits[mask], ctx.data.y[mask])
+
+    @torch.no_grad()
+    def predict(self, ctx: ClientContext) -> Tensor:
+        """Logits used for evaluation."""
+        ctx.model.eval()
+        return ctx.model(ctx.data.x, ctx.data.edge_index)
+
+    def upload(self, ctx: ClientContext) -> dict[str, Tensor]:
+        """Statistics sent with the update; must match :meth:`declared_stats`."""
+        return {}
+
+    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
+        """Name -> shape of every statistic a client may upload (never node-count dependent)."""
+        return {}
+
+    # ------------------------------------------------------------------ server side
+    def setup_server(self, server: "ServerRuntime") -> None:
+        """Runs once when the server is created."""
+
+    def select(self, server: "ServerRuntime", round_index: int, rng: np.random.Generator) -> list[int]:
+        """The clients that train this round: a ``fraction_fit`` sample, at least one."""
+        ids = server.client_ids
+        count = max(1, int(round(self.config.fraction_fit * len(ids))))
+        if count >= len(ids):
+            return list(ids)
+        return sorted(int(i) for i in rng.choice(ids, size=count, replace=False))
+
+    def aggregate(self, server: "ServerRuntime", updates: Sequence[ClientUpdate]) -> None:
+        """Folds the updates into the server models with the configured aggregator."""
+        server.aggregate_with_aggregator(updates)
+
+    def server_stats(self, server: "ServerRuntime") -> dict[str, Tensor]:
+        """Statistics broadcast to clients next round."""
+        return {}
+
+
+def build_algorithm(name: str, options: dict, config: "ExperimentConfig") -> Algorithm:
+    """Builds the registered algorithm ``name`` with validated ``options``."""
+    cls = ALGORITHMS.get(name)
+    return cls(cls.Options(**options), config)

@@ -1,0 +1,224 @@
+"""Typed, validated experiment configuration.
+
+Every check here runs before any Ray process starts: unknown names fail with the list of
+valid ones, bad values fail naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fgl_ray.data.types import default_data_dir
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the field and the fix."""
+
+
+Fraction = float
+
+
+class ExperimentConfig(BaseModel):
+    """One federation: data, model, algorithm, training, runtime and output settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # --- data
+    dataset: str = Field("synthetic", description="dataset name (`fgl-ray datasets`)")
+    data_dir: Optional[Path] = Field(None, description="dataset root; default $FGL_DATA_DIR or ~/.cache/fgl-ray/datasets")
+    partition: str = Field("domain", description="partitioner or preset (`fgl-ray list`)")
+    num_clients: int = Field(10, description="clients for louvain/random/label-dirichlet")
+    clients_per_domain: int = Field(2, description="base clients per domain (domain partition)")
+    domain_ratios: Optional[list[int]] = Field(None, description="per-domain multipliers of clients_per_domain")
+    dirichlet_alpha: float = Field(10.0, description="concentration of label-dirichlet")
+    split: Optional[tuple[float, float, float]] = Field(None, description="train/val/test fractions; default per dataset")
+    feature_dim: int = Field(128, description="truncated-SVD dimension when domain feature spaces differ")
+    data_seed: int = Field(0, description="seed for generation, partition and splits")
+    synthetic: dict[str, Any] = Field(default_factory=dict, description="options of the synthetic generator")
+
+    # --- model
+    model: str = Field("gcn", description="backbone (`fgl-ray list`)")
+    hidden: int = Field(128, description="hidden width")
+    num_layers: int = Field(2, description="layers")
+    dropout: float = Field(0.5, description="dropout probability")
+
+    # --- algorithm
+    algorithm: str = Field("fedavg", description="federated algorithm (`fgl-ray list`)")
+    algorithm_options: dict[str, Any] = Field(default_factory=dict, description="options of the algorithm")
+    aggregator: str = Field("mean", description="server aggregator (`fgl-ray list`)")
+    aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the aggregator")
+
+    # --- training
+    rounds: int = Field(50, description="communication rounds")
+    local_epochs: int = Field(5, description="local full-batch steps per round")
+    optimizer: Literal["sgd", "adam"] = Field("sgd", description="local optimizer")
+    lr: float = Field(0.05, description="local learning rate")
+    momentum: float = Field(0.9, description="SGD momentum")
+    weight_decay: float = Field(1e-5, description="L2 weight decay")
+    fraction_fit: Fraction = Field(1.0, description="fraction of clients sampled per round, in (0, 1]")
+    min_clients: int = Field(1, description="fewest successful updates for a round to aggregate")
+    round_timeout_s: float = Field(600.0, description="seconds to wait for client updates per round")
+    eval_every: int = Field(1, description="evaluate every this many rounds (and the last)")
+    last_k: int = Field(20, description="rounds in the last-K summary")
+    seed: int = Field(0, description="training seed (model init, client sampling, dropout)")
+
+    # --- runtime
+    backend: Literal["ray", "local"] = Field("ray", description="ray actors or in-process")
+    clients_per_actor: Optional[int] = Field(None, description="virtual clients per actor; default spreads over CPUs")
+    torch_threads: Optional[int] = Field(None, description="torch intra-op threads per worker; default follows CPUs")
+    failures: dict[int, list[int]] = Field(default_factory=dict, description="simulated faults: round -> client ids that raise")
+
+    # --- output
+    output_dir: Path = Field(Path("results"), description="folder that receives one subfolder per run")
+    run_name: Optional[str] = Field(None, description="run folder name; default algorithm-aggregator-dataset-time")
+
+    # ------------------------------------------------------------------ field checks
+    @field_validator("num_clients", "clients_per_domain", "rounds", "local_epochs", "eval_every", "last_k",
+                     "hidden", "num_layers", "feature_dim", "min_clients")
+    @classmethod
+    def _at_least_one(cls, value: int, info) -> int:
+        if value < 1:
+            raise ValueError(f"{info.field_name} must be >= 1, got {value}")
+        return value
+
+    @field_validator("fraction_fit")
+    @classmethod
+    def _fraction(cls, value: float) -> float:
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"fraction_fit must be in (0, 1], got {value}; e.g. 1.0 samples every client")
+        return value
+
+    @field_validator("dropout")
+    @classmethod
+    def _probability(cls, value: float) -> float:
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {value}")
+        return value
+
+    @field_validator("lr", "round_timeout_s", "dirichlet_alpha")
+    @classmethod
+    def _positive(cls, value: float, info) -> float:
+        if value <= 0:
+            raise ValueError(f"{info.field_name} must be > 0, got {value}")
+        return value
+
+    @field_validator("clients_per_actor", "torch_threads")
+    @classmethod
+    def _optional_positive(cls, value: Optional[int], info) -> Optional[int]:
+        if value is not None and value < 1:
+            raise ValueError(f"{info.field_name} must be >= 1 or unset, got {value}")
+        return value
+
+    @field_validator("split")
+    @classmethod
+    def _split(cls, value):
+        if value is None:
+            return value
+        if any(part < 0 for part in value) or value[0] <= 0 or abs(sum(value) - 1.0) > 1e-6:
+            raise ValueError(f"split must be three non-negative fractions summing to 1 with train > 0, got {value}")
+        return value
+
+    @field_validator("domain_ratios")
+    @classmethod
+    def _ratios(cls, value):
+        if value is not None and (not value or any(r < 1 for r in value)):
+            raise ValueError(f"domain_ratios must be positive integers, one per domain, got {value}")
+        return value
+
+    # ------------------------------------------------------------------ cross-field checks
+    @model_validator(mode="after")
+    def _names_and_data(self) -> "ExperimentConfig":
+        from fgl_ray.aggregators import AGGREGATORS
+        from fgl_ray.algorithms import ALGORITHMS
+        from fgl_ray.data.datasets import DATASETS
+        from fgl_ray.data.partition import PARTITIONERS, PRESETS
+        from fgl_ray.models import MODELS
+
+        spec = DATASETS.get(self.dataset)
+        ALGORITHMS.get(self.algorithm).Options(**self.algorithm_options)
+        AGGREGATORS.get(self.aggregator).Options(**self.aggregator_options)
+        MODELS.get(self.model)
+        if self.partition in PRESETS:
+            preset = PRESETS[self.partition]
+            if self.dataset != preset.dataset:
+                raise ValueError(
+                    f"partition preset {self.partition!r} is for dataset {preset.dataset!r}, not "
+                    f"{self.dataset!r}; use --dataset {preset.dataset} or another partition"
+                )
+        elif self.partition not in PARTITIONERS:
+            valid = ", ".join(PARTITIONERS.names() + sorted(PRESETS))
+            raise ValueError(f"unknown partition {self.partition!r}; valid partitions: {valid}")
+        if self.domain_ratios is not None and len(self.domain_ratios) != len(spec.domains):
+            raise ValueError(
+                f"domain_ratios has {len(self.domain_ratios)} entries but dataset {self.dataset!r} has "
+                f"{len(spec.domains)} domains ({', '.join(spec.domains)}); give one ratio per domain"
+            )
+        if spec.needs_files:
+            _check_data_dir(self.resolved_data_dir(), self.data_dir is not None or "FGL_DATA_DIR" in os.environ)
+        for round_index in self.failures:
+            if not 0 <= round_index < self.rounds:
+                raise ValueError(f"failures names round {round_index}, outside 0..{self.rounds - 1}")
+        return self
+
+    # ------------------------------------------------------------------ helpers
+    def resolved_data_dir(self) -> Path:
+        """The dataset root: ``data_dir``, else ``$FGL_DATA_DIR``, else the per-user cache."""
+        if self.data_dir is not None:
+            return Path(self.data_dir).expanduser()
+        env = os.environ.get("FGL_DATA_DIR")
+        return Path(env).expanduser() if env else default_data_dir()
+
+    def resolved_split(self) -> tuple[float, float, float]:
+        from fgl_ray.data.datasets import DATASETS
+
+        return self.split or DATASETS.get(self.dataset).default_split
+
+    def with_overrides(self, **changes: Any) -> "ExperimentConfig":
+        """A validated copy with some fields changed."""
+        return load_config(self.model_dump(mode="python") | changes)
+
+
+def _check_data_dir(path: Path, explicit: bool) -> None:
+    if explicit and not path.exists():
+        raise ValueError(f"data_dir {str(path)!r} does not exist; pass an existing folder to --data-dir or FGL_DATA_DIR")
+    if path.exists() and not os.access(path, os.R_OK | os.X_OK):
+        raise ValueError(f"data_dir {str(path)!r} is not readable; fix its permissions or choose another folder")
+
+
+def load_config(values: dict[str, Any] | None = None, yaml_path: str | Path | None = None) -> ExperimentConfig:
+    """Builds a config from an optional YAML file overlaid with ``values``.
+
+    Raises:
+        ConfigError: naming every bad field and how to fix it.
+    """
+    merged: dict[str, Any] = {}
+    if yaml_path is not None:
+        path = Path(yaml_path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping of field: value")
+        merged.update(loaded)
+    merged.update(values or {})
+    try:
+        return ExperimentConfig(**merged)
+    except ValidationError as error:
+        raise ConfigError(_describe(error)) from None
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "config"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            valid = ", ".join(sorted(ExperimentConfig.model_fields))
+            message = f"unknown field; valid fields: {valid}"
+        lines.append(f"{field}: {message}")
+    return "invalid experiment config:\n  " + "\n  ".join(lines)

@@ -1,0 +1,91 @@
+"""One virtual client: its private partition, model, optimizer and algorithm state."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from fgl_ray.algorithms import ClientContext, build_algorithm
+from fgl_ray.config import ExperimentConfig
+from fgl_ray.data.types import ClientGraph
+from fgl_ray.messages import Broadcast, ClientEvaluation, ClientUpdate
+from fgl_ray.metrics import confusion_matrix
+from fgl_ray.models import build_model
+from fgl_ray.params import buffer_vector, trainable_vector
+from fgl_ray.runtime.seeding import derive_seed
+
+SPLITS = ("train", "val", "test")
+
+
+class SimulatedClientFailure(RuntimeError):
+    """Raised by a client that the config's ``failures`` plan makes fail this round."""
+
+
+def build_optimizer(config: ExperimentConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The local optimizer named by the config."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+
+
+class ClientRuntime:
+    """Hosts one client wherever it lives (an actor or the driver process)."""
+
+    def __init__(self, graph: ClientGraph, config: ExperimentConfig, num_features: int, num_classes: int,
+                 device: torch.device | str = "cpu") -> None:
+        self.client_id = graph.client_id
+        self.domain = graph.domain
+        self.config = config
+        device = torch.device(device)
+        model = build_model(config.model, num_features, num_classes, config.hidden, config.num_layers,
+                            config.dropout).to(device)
+        self.algorithm = build_algorithm(config.algorithm, config.algorithm_options, config)
+        self.ctx = ClientContext(
+            client_id=graph.client_id, data=graph.data.to(device), model=model,
+            optimizer=build_optimizer(config, model), config=config, num_classes=num_classes, device=device,
+        )
+        self.algorithm.setup_client(self.ctx)
+
+    @property
+    def num_train(self) -> int:
+        return int(self.ctx.data.train_mask.sum())
+
+    def train(self, broadcast: Broadcast) -> ClientUpdate:
+        """Receives the server model, trains locally and returns the update."""
+        if self.client_id in self.config.failures.get(broadcast.round, ()):
+            raise SimulatedClientFailure(f"client {self.client_id} fails in round {broadcast.round} (config.failures)")
+        started = time.perf_counter()
+        torch.manual_seed(derive_seed(self.config.seed, broadcast.round, self.client_id))
+        self.algorithm.receive(self.ctx, broadcast)
+        before = trainable_vector(self.ctx.model)
+        metrics = self.algorithm.local_train(self.ctx)
+        after = trainable_vector(self.ctx.model)
+        metrics["seconds"] = time.perf_counter() - started
+        return ClientUpdate(
+            client_id=self.client_id,
+            model_key=broadcast.model_key(self.client_id),
+            num_samples=self.num_train,
+            update=((before - after) / self.config.lr).cpu(),
+            buffers=buffer_vector(self.ctx.model),
+            stats={k: v.detach().cpu() for k, v in self.algorithm.upload(self.ctx).items()},
+            metrics=metrics,
+        )
+
+    def evaluate(self, broadcast: Broadcast) -> ClientEvaluation:
+        """Confusion matrices on every split of the model this client would use now."""
+        self.algorithm.receive(self.ctx, broadcast)
+        logits = self.algorithm.predict(self.ctx)
+        data = self.ctx.data
+        predictions = logits.argmax(dim=-1)
+        confusion = {
+            split: confusion_matrix(data.y[mask].cpu(), predictions[mask].cpu(), self.ctx.num_classes)
+            for split in SPLITS
+            for mask in [getattr(data, f"{split}_mask")]
+        }
+        return ClientEvaluation(client_id=self.client_id, confusion=confusion)
+
+    def weights(self) -> torch.Tensor:
+        """The client model's current trainable weights (flat, on CPU)."""
+        return trainable_vector(self.ctx.model).cpu()

@@ -1,0 +1,100 @@
+"""The driver-side federation loop: runs rounds on a backend and records everything."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from tqdm.auto import tqdm
+
+from fgl_ray.config import ExperimentConfig
+from fgl_ray.data import build_federated_data
+from fgl_ray.data.types import FederatedGraphData
+from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, plot_learning_curves, read_metrics, summarize,
+                             write_manifest, write_summary)
+from fgl_ray.runtime.records import round_rows
+from fgl_ray.runtime.server import RoundResult
+
+
+@dataclass
+class RunResult:
+    """Where a run's files are and its summary."""
+
+    run_id: str
+    run_dir: Path
+    summary: dict[str, Any]
+
+
+def open_backend(config: ExperimentConfig, data: FederatedGraphData):
+    """The backend named by ``config.backend`` (the Ray one needs a running Ray session)."""
+    if config.backend == "local":
+        from fgl_ray.runtime.local_backend import LocalBackend
+
+        return LocalBackend(config, data)
+    from fgl_ray.runtime.ray_backend import RayBackend
+
+    return RayBackend(config, data)
+
+
+def default_run_id(config: ExperimentConfig) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return config.run_name or f"{config.algorithm}-{config.aggregator}-{config.dataset}-{config.partition}-{stamp}"
+
+
+def _pooled_val_accuracy(rows: list[dict]) -> float | None:
+    for row in rows:
+        if (row["client_id"], row["domain"], row["split"], row["metric"]) == (SERVER_ID, ALL_DOMAINS, "val", "accuracy"):
+            return row["value"]
+    return None
+
+
+def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = None, progress: bool = True,
+                   on_round: Callable[[RoundResult, list[dict]], None] | None = None) -> RunResult:
+    """Runs one federation end to end and writes its results folder.
+
+    Args:
+        config: the validated experiment.
+        data: pre-built client partitions (built from the config when omitted).
+        progress: show a progress bar with ETA over rounds.
+        on_round: called after each round with its result and rows (Tune reports here).
+
+    Returns:
+        The run id, its folder and its summary.
+    """
+    data = data or build_federated_data(config)
+    run_id = default_run_id(config)
+    run_dir = Path(config.output_dir) / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_manifest(run_dir, config.model_dump(mode="json"), seeds={"seed": config.seed, "data_seed": config.data_seed},
+                   extra={"run_id": run_id, "domains": data.domains, "num_clients": len(data.clients),
+                          "client_domains": {g.client_id: g.domain for g in data.clients}})
+    writer = MetricsWriter(run_dir, run_id)
+    domain_of = {graph.client_id: graph.domain for graph in data.clients}
+    backend = open_backend(config, data)
+    bar = tqdm(range(config.rounds), desc=run_id, unit="round", disable=not progress, leave=True)
+    try:
+        with (run_dir / "failures.jsonl").open("a") as failure_log:
+            for round_index in bar:
+                result = backend.run_round(round_index)
+                rows = round_rows(result, domain_of)
+                writer.write(rows)
+                for failure in result.failures:
+                    failure_log.write(json.dumps({"round": round_index, **failure.__dict__}) + "\n")
+                    bar.write(f"round {round_index}: client {failure.client_id} failed in {failure.phase}: {failure.reason}")
+                failure_log.flush()
+                accuracy = _pooled_val_accuracy(rows)
+                if accuracy is not None:
+                    bar.set_postfix(val_acc=f"{accuracy:.3f}", failed=len(result.failures))
+                if on_round is not None:
+                    on_round(result, rows)
+    finally:
+        bar.close()
+        backend.close()
+    metrics = read_metrics(run_dir)
+    summary = summarize(metrics, last_k=config.last_k)
+    write_summary(run_dir, summary)
+    plot_learning_curves(metrics, run_dir / "learning_curves.png")
+    return RunResult(run_id, run_dir, summary)

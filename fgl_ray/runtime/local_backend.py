@@ -1,0 +1,64 @@
+"""In-process backend: every client lives in the driver; clients run one after another."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from fgl_ray.config import ExperimentConfig
+from fgl_ray.data.types import FederatedGraphData
+from fgl_ray.messages import Broadcast, ClientEvaluation, ClientFailure, ClientUpdate
+from fgl_ray.runtime.client import ClientRuntime
+from fgl_ray.runtime.server import RoundResult, ServerRuntime
+
+
+def describe_error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+class LocalClientPool:
+    """Calls :class:`ClientRuntime` objects directly. Round timeouts are not enforced here."""
+
+    def __init__(self, clients: dict[int, ClientRuntime]) -> None:
+        self.clients = clients
+
+    def _call(self, method: str, broadcast: Broadcast, client_ids: Sequence[int]):
+        answers = []
+        for client_id in client_ids:
+            try:
+                answers.append(getattr(self.clients[client_id], method)(broadcast))
+            except Exception as error:  # a failing client is reported, never fatal
+                answers.append(ClientFailure(client_id, method, describe_error(error)))
+        return answers
+
+    def train(self, broadcast: Broadcast, client_ids: Sequence[int],
+              timeout_s: float) -> list[ClientUpdate | ClientFailure]:
+        return self._call("train", broadcast, client_ids)
+
+    def evaluate(self, broadcast: Broadcast, client_ids: Sequence[int],
+                 timeout_s: float) -> list[ClientEvaluation | ClientFailure]:
+        return self._call("evaluate", broadcast, client_ids)
+
+
+class LocalBackend:
+    """Server and clients in this process."""
+
+    def __init__(self, config: ExperimentConfig, data: FederatedGraphData) -> None:
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        clients = {g.client_id: ClientRuntime(g, config, data.num_features, data.num_classes) for g in data.clients}
+        self.pool = LocalClientPool(clients)
+        self.server = ServerRuntime(config, self.pool, list(clients), data.num_features, data.num_classes)
+
+    def run_round(self, round_index: int) -> RoundResult:
+        return self.server.run_round(round_index)
+
+    def global_weights(self) -> torch.Tensor:
+        return self.server.global_weights()
+
+    def client_weights(self) -> dict[int, torch.Tensor]:
+        return {cid: client.weights() for cid, client in self.pool.clients.items()}
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,36 @@
+"""Turns a :class:`RoundResult` into long-format metric rows."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from fgl_ray.metrics import group_confusions, scores_from_confusion
+from fgl_ray.results import ALL_DOMAINS, SERVER_ID, metric_rows
+from fgl_ray.runtime.server import RoundResult
+
+EVAL_SPLITS = ("val", "test")
+
+
+def round_rows(result: RoundResult, domain_of: Mapping[int, str]) -> list[dict]:
+    """Per-client, per-domain (pooled) and overall (pooled) scores, train metrics, failures, timings."""
+    t = result.round
+    rows: list[dict] = []
+    for client_id, metrics in sorted(result.updates.items()):
+        rows += metric_rows(t, client_id, domain_of[client_id], "train", metrics)
+    for split in EVAL_SPLITS:
+        per_client = {e.client_id: e.confusion[split] for e in result.evaluations}
+        if not per_client:
+            continue
+        for client_id, cm in sorted(per_client.items()):
+            rows += metric_rows(t, client_id, domain_of[client_id], split, scores_from_confusion(cm))
+        for domain, cm in group_confusions(per_client, domain_of).items():
+            rows += metric_rows(t, SERVER_ID, domain, split, scores_from_confusion(cm))
+        pooled = group_confusions(per_client, {cid: ALL_DOMAINS for cid in per_client})[ALL_DOMAINS]
+        rows += metric_rows(t, SERVER_ID, ALL_DOMAINS, split, scores_from_confusion(pooled))
+    for failure in result.failures:
+        rows += metric_rows(t, failure.client_id, domain_of[failure.client_id], failure.phase, {"failed": 1.0})
+    rows += metric_rows(t, SERVER_ID, ALL_DOMAINS, "round", {
+        "seconds": result.seconds, **result.timings,
+        "participants": len(result.updates), "aggregated": float(result.aggregated),
+    })
+    return rows

@@ -1,0 +1,140 @@
+"""The server side of one round: plan, broadcast, collect, aggregate, evaluate.
+
+The same class runs in the driver (in-process backend) and inside ``ServerActor`` (Ray
+backend); only the :class:`ClientPool` that reaches the clients differs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+import torch
+
+from fgl_ray.aggregators import build_aggregator
+from fgl_ray.aggregators.base import sample_weights
+from fgl_ray.algorithms import build_algorithm
+from fgl_ray.config import ExperimentConfig
+from fgl_ray.messages import (GLOBAL, Broadcast, ClientEvaluation, ClientFailure, ClientUpdate, ModelState,
+                              PayloadError, check_update)
+from fgl_ray.models import build_model
+from fgl_ray.params import ParamLayout, buffer_vector, trainable_vector
+from fgl_ray.runtime.seeding import derive_seed
+
+
+class ClientPool(Protocol):
+    """Reaches the clients: in-process objects or Ray actors."""
+
+    def train(self, broadcast: Broadcast, client_ids: Sequence[int],
+              timeout_s: float) -> list[ClientUpdate | ClientFailure]: ...
+
+    def evaluate(self, broadcast: Broadcast, client_ids: Sequence[int],
+                 timeout_s: float) -> list[ClientEvaluation | ClientFailure]: ...
+
+
+@dataclass
+class RoundResult:
+    """What one round produced, sent back to the driver for recording."""
+
+    round: int
+    selected: list[int]
+    updates: dict[int, dict[str, float]]
+    evaluations: list[ClientEvaluation]
+    failures: list[ClientFailure]
+    aggregated: bool
+    seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class ServerRuntime:
+    """Holds the server models and algorithm state; runs rounds against a client pool."""
+
+    def __init__(self, config: ExperimentConfig, pool: ClientPool, client_ids: Sequence[int], num_features: int,
+                 num_classes: int) -> None:
+        self.config = config
+        self.pool = pool
+        self.client_ids = sorted(client_ids)
+        self.num_classes = num_classes
+        torch.manual_seed(derive_seed(config.seed, -1))
+        model = build_model(config.model, num_features, num_classes, config.hidden, config.num_layers, config.dropout)
+        self.layout = ParamLayout.of(model)
+        self.models: dict[str, ModelState] = {GLOBAL: ModelState(trainable_vector(model), buffer_vector(model))}
+        self.assignment: dict[int, str] = {}
+        self.instructions: dict[int, dict] = {}
+        self.algorithm = build_algorithm(config.algorithm, config.algorithm_options, config)
+        self.aggregator = build_aggregator(config.aggregator, config.aggregator_options, self.layout, self.client_ids)
+        self.declared = self.algorithm.declared_stats(num_classes, config.hidden)
+        self.rng = np.random.default_rng(derive_seed(config.seed, -2))
+        self.algorithm.setup_server(self)
+        self._broadcast: Broadcast | None = None
+
+    # ------------------------------------------------------------------ one round
+    def run_round(self, round_index: int) -> RoundResult:
+        """Trains the selected clients, aggregates, and evaluates when due."""
+        started = time.perf_counter()
+        selected = self.algorithm.select(self, round_index, self.rng)
+        answers = self.pool.train(self.broadcast(round_index), selected, self.config.round_timeout_s)
+        trained = time.perf_counter()
+        updates, failures = self._accept(answers)
+        aggregated = len(updates) >= self.config.min_clients
+        if aggregated:
+            self.algorithm.aggregate(self, updates)
+            self._broadcast = None
+        evaluations: list[ClientEvaluation] = []
+        if self.evaluation_due(round_index):
+            answers = self.pool.evaluate(self.broadcast(round_index + 1), self.client_ids, self.config.round_timeout_s)
+            evaluations = [a for a in answers if isinstance(a, ClientEvaluation)]
+            failures += [a for a in answers if isinstance(a, ClientFailure)]
+        finished = time.perf_counter()
+        return RoundResult(
+            round=round_index, selected=list(selected), updates={u.client_id: u.metrics for u in updates},
+            evaluations=evaluations, failures=failures, aggregated=aggregated, seconds=finished - started,
+            timings={"train_seconds": trained - started, "evaluate_seconds": finished - trained},
+        )
+
+    def evaluation_due(self, round_index: int) -> bool:
+        last = round_index == self.config.rounds - 1
+        return last or (round_index + 1) % self.config.eval_every == 0
+
+    def broadcast(self, round_index: int) -> Broadcast:
+        """The broadcast opening ``round_index``; built once per change of server state."""
+        if self._broadcast is None or self._broadcast.round != round_index:
+            self._broadcast = Broadcast(
+                round=round_index, models=dict(self.models), assignment=dict(self.assignment),
+                stats=self.algorithm.server_stats(self), instructions=dict(self.instructions),
+            )
+        return self._broadcast
+
+    def _accept(self, answers) -> tuple[list[ClientUpdate], list[ClientFailure]]:
+        updates, failures = [], []
+        for answer in answers:
+            if isinstance(answer, ClientFailure):
+                failures.append(answer)
+                continue
+            try:
+                check_update(answer, self.layout.size, self.models[answer.model_key].buffers.numel(), self.declared)
+            except (PayloadError, KeyError) as error:
+                failures.append(ClientFailure(answer.client_id, "payload", str(error)))
+                continue
+            updates.append(answer)
+        updates.sort(key=lambda u: u.client_id)
+        return updates, failures
+
+    # ------------------------------------------------------------------ aggregation helpers
+    def aggregate_with_aggregator(self, updates: Sequence[ClientUpdate]) -> None:
+        """Applies the aggregator per server model, and the sample-weighted mean to buffers."""
+        for key in sorted({u.model_key for u in updates}):
+            group = [u for u in updates if u.model_key == key]
+            counts = torch.tensor([u.num_samples for u in group], dtype=torch.float64)
+            current = self.models[key]
+            params = self.aggregator.aggregate(current.params, torch.stack([u.update for u in group]), counts,
+                                               [u.client_id for u in group], self.config.lr)
+            buffers = current.buffers
+            if buffers.numel():
+                buffers = (sample_weights(counts).to(buffers.dtype) @ torch.stack([u.buffers for u in group]))
+            self.models[key] = ModelState(params.to(current.params.dtype), buffers)
+
+    def global_weights(self) -> torch.Tensor:
+        return self.models[GLOBAL].params

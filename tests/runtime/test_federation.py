@@ -1,0 +1,100 @@
+"""End-to-end federations on both backends (Ray tests share one session-scoped Ray)."""
+
+import pandas as pd
+import pytest
+import torch
+
+from fgl_ray.algorithms import ALGORITHMS
+from fgl_ray.results import read_metrics
+from fgl_ray.runtime import open_backend, run_experiment
+
+TIMING_METRICS = {"seconds", "train_seconds", "evaluate_seconds"}
+
+
+def _backend_fixture(request, backend):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+
+
+def _scores(run_dir) -> pd.DataFrame:
+    frame = read_metrics(run_dir)
+    frame = frame[~frame.metric.isin(TIMING_METRICS)].drop(columns="run_id")
+    return frame.sort_values(["round", "client_id", "domain", "split", "metric"]).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS.names())
+def test_every_algorithm_runs_two_rounds_with_three_clients(request, tiny_config, tiny_data, algorithm, backend):
+    _backend_fixture(request, backend)
+    config = tiny_config(algorithm=algorithm, backend=backend)
+    result = run_experiment(config, tiny_data, progress=False)
+    frame = read_metrics(result.run_dir)
+    tested = frame[(frame.split == "test") & (frame.metric == "accuracy")]
+    assert sorted(tested["round"].unique()) == [0, 1]
+    assert set(tested.client_id) == {"0", "1", "2", "server"}
+    assert set(tested[tested.client_id == "server"].domain) == set(tiny_data.domains) | {"all"}
+    assert tested.value.between(0, 1).all()
+    assert (frame[frame.metric == "failed"]).empty
+    for name in ("manifest.json", "summary.json", "learning_curves.png"):
+        assert (result.run_dir / name).stat().st_size > 0
+
+
+def test_same_seeds_give_identical_metrics_on_both_backends(request, tiny_config, tiny_data):
+    request.getfixturevalue("ray_session")
+    runs = [run_experiment(tiny_config(backend=b, run_name=b, rounds=3), tiny_data, progress=False)
+            for b in ("local", "ray")]
+    local, ray = (_scores(r.run_dir) for r in runs)
+    pd.testing.assert_frame_equal(local, ray, check_exact=True)
+    assert runs[0].summary == runs[1].summary
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_client_models_hold_the_new_global_weights_after_a_round(request, tiny_config, tiny_data, backend):
+    _backend_fixture(request, backend)
+    handle = open_backend(tiny_config(backend=backend), tiny_data)
+    try:
+        initial = handle.global_weights().clone()
+        handle.run_round(0)
+        new = handle.global_weights()
+        assert not torch.equal(initial, new)
+        held = handle.client_weights()
+        assert sorted(held) == [0, 1, 2]
+        for weights in held.values():
+            assert torch.equal(weights, new)
+    finally:
+        handle.close()
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_a_raising_client_is_reported_and_the_round_completes(request, tiny_config, tiny_data, backend):
+    _backend_fixture(request, backend)
+    result = run_experiment(tiny_config(backend=backend, failures={0: [1]}), tiny_data, progress=False)
+    frame = read_metrics(result.run_dir)
+    failed = frame[frame.metric == "failed"]
+    assert list(zip(failed["round"], failed.client_id, failed.split)) == [(0, "1", "train")]
+    rounds = frame[(frame.split == "round")].pivot(index="round", columns="metric", values="value")
+    assert rounds.loc[0, "participants"] == 2 and rounds.loc[0, "aggregated"] == 1
+    assert rounds.loc[1, "participants"] == 3
+    log = (result.run_dir / "failures.jsonl").read_text()
+    assert "SimulatedClientFailure" in log and '"client_id": 1' in log
+
+
+def test_too_few_updates_leave_the_global_model_unchanged(tiny_config, tiny_data):
+    handle = open_backend(tiny_config(backend="local", failures={0: [0, 1]}, min_clients=2), tiny_data)
+    before = handle.global_weights().clone()
+    result = handle.run_round(0)
+    assert not result.aggregated
+    assert torch.equal(handle.global_weights(), before)
+
+
+def test_an_interrupted_run_keeps_every_finished_round(tiny_config, tiny_data):
+    config = tiny_config(backend="local", rounds=5, run_name="interrupted")
+
+    def stop_after_third(result, rows):
+        if result.round == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, tiny_data, progress=False, on_round=stop_after_third)
+    frame = read_metrics(config.output_dir / "interrupted")
+    assert sorted(frame["round"].unique()) == [0, 1, 2]

@@ -1,0 +1,59 @@
+import pytest
+
+from fgl_ray.config import ConfigError, load_config
+
+
+@pytest.mark.parametrize("values, needles", [
+    ({"dataset": "imagenet"}, ["dataset", "imagenet", "valid datasets", "cora", "twitch"]),
+    ({"algorithm": "fedfoo"}, ["algorithm", "fedfoo", "valid algorithms", "fedavg", "local"]),
+    ({"aggregator": "median-of-means"}, ["aggregator", "valid aggregators", "mean"]),
+    ({"model": "transformer"}, ["model", "valid models", "gcn", "mlp"]),
+    ({"partition": "metis"}, ["partition", "metis", "valid partitions", "louvain", "twitch-S1"]),
+    ({"num_clients": 0}, ["num_clients", ">= 1"]),
+    ({"rounds": 0}, ["rounds", ">= 1"]),
+    ({"fraction_fit": 0.0}, ["fraction_fit", "(0, 1]"]),
+    ({"fraction_fit": 1.5}, ["fraction_fit", "(0, 1]"]),
+    ({"domain_ratios": [1, 2]}, ["domain_ratios", "one ratio per domain"]),
+    ({"dataset": "cora", "partition": "twitch-S1"}, ["twitch-S1", "--dataset twitch"]),
+    ({"split": (0.5, 0.5, 0.5)}, ["split", "sum"]),
+    ({"lr": -1}, ["lr", "> 0"]),
+    ({"colour": "blue"}, ["colour", "unknown field", "valid fields"]),
+    ({"algorithm_options": {"bogus": 1}}, ["algorithm_options", "bogus"]),
+    ({"failures": {7: [0]}, "rounds": 3}, ["failures", "round 7"]),
+])
+def test_bad_values_name_the_field_and_the_fix(values, needles):
+    with pytest.raises(ConfigError) as error:
+        load_config(values)
+    for needle in needles:
+        assert needle in str(error.value)
+
+
+def test_missing_data_dir_is_named(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config({"dataset": "cora", "data_dir": missing})
+
+
+def test_unreadable_data_dir_is_named(tmp_path, monkeypatch):
+    # Root reads every folder, so permission bits cannot make one unreadable here.
+    monkeypatch.setattr("fgl_ray.config.os.access", lambda path, mode: False)
+    with pytest.raises(ConfigError, match="not readable"):
+        load_config({"dataset": "cora", "data_dir": tmp_path})
+
+
+def test_env_data_dir_is_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("FGL_DATA_DIR", str(tmp_path))
+    assert load_config({"dataset": "cora"}).resolved_data_dir() == tmp_path
+
+
+def test_yaml_file_is_overlaid_by_values(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("rounds: 7\nlocal_epochs: 2\n")
+    config = load_config({"rounds": 3}, yaml_path=path)
+    assert (config.rounds, config.local_epochs) == (3, 2)
+
+
+def test_config_is_frozen():
+    config = load_config({})
+    with pytest.raises(Exception):
+        config.rounds = 4
