@@ -1,0 +1,34 @@
+"""Run outputs: the long-format metrics table, manifest, summary, plots and text tables."""
+
+from fgl_ray.results.manifest import git_revision, package_versions, write_manifest
+from fgl_ray.results.plots import plot_learning_curves
+from fgl_ray.results.summary import round_tables, server_rows, summarize, write_summary
+from fgl_ray.results.table import comparison_table
+from fgl_ray.results.writer import (
+    ALL_DOMAINS,
+    METRIC_COLUMNS,
+    METRIC_SCHEMA,
+    SERVER_ID,
+    MetricsWriter,
+    metric_rows,
+    read_metrics,
+)
+
+__all__ = [
+    "ALL_DOMAINS",
+    "METRIC_COLUMNS",
+    "METRIC_SCHEMA",
+    "SERVER_ID",
+    "MetricsWriter",
+    "comparison_table",
+    "git_revision",
+    "metric_rows",
+    "package_versions",
+    "plot_learning_curves",
+    "read_metrics",
+    "round_tables",
+    "server_rows",
+    "summarize",
+    "write_manifest",
+    "write_summary",
+]

@@ -1,0 +1,59 @@
+"""A plain-text comparison of run summaries (e.g. FedAvg vs local training)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from fgl_ray.results.summary import AVG_KEY
+
+MISSING = "n/a"
+
+
+def _percent(value: float | None) -> str | None:
+    """``value`` (a fraction) in percent with two decimals; None when missing or NaN."""
+    if value is None or math.isnan(value):
+        return None
+    return f"{100 * value:.2f}"
+
+
+def _mean_std(stats: Mapping[str, float | None] | None) -> str:
+    mean = _percent(stats["mean"]) if stats else None
+    if mean is None:
+        return MISSING
+    return f"{mean} ± {_percent(stats['std']) or MISSING}"
+
+
+def _best_val(summary: Mapping[str, Any], metric: str) -> str:
+    best = summary.get("best_validation")
+    value = _percent(best["all"].get(metric)) if best else None
+    return f"{value} (round {best['round']})" if value is not None else MISSING
+
+
+def comparison_table(summaries: Mapping[str, Mapping[str, Any]], metric: str = "accuracy") -> str:
+    """Formats one row per run: last-K "mean ± std" in percent per domain, AVG and ALL, and
+    the pooled test ``metric`` at the best-validation round.
+
+    Args:
+        summaries: run label -> the result of ``summarize`` (or the loaded ``summary.json``).
+        metric: the metric to show.
+
+    Returns:
+        The table as text; "n/a" marks a missing value.
+    """
+    domains = sorted({d for s in summaries.values() for d in s["domains"]})
+    rows = [
+        [
+            label,
+            *(_mean_std(s["domains"].get(d, {}).get(metric)) for d in domains),
+            _mean_std(s[AVG_KEY].get(metric)),
+            _mean_std(s["all"].get(metric)),
+            _best_val(s, metric),
+        ]
+        for label, s in summaries.items()
+    ]
+    columns = ["run", *domains, "AVG", "ALL", f"best-val ALL {metric}"]
+    return pd.DataFrame(rows, columns=columns).to_string(index=False)

@@ -1,0 +1,36 @@
+"""Learning-curve PNG output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fgl_ray.results.plots import plot_learning_curves
+from fgl_ray.results.writer import metric_rows
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _df() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    rows = []
+    for r in range(1, 11):
+        for domain in ("DE", "EN", "all"):
+            rows += metric_rows(r, "server", domain, "test", {"accuracy": rng.random()})
+        rows += metric_rows(r, "server", "all", "val", {"accuracy": rng.random()})
+    return pd.DataFrame(rows).assign(run_id="run")
+
+
+def test_learning_curves_png(tmp_path: Path) -> None:
+    path = plot_learning_curves(_df(), tmp_path / "plots" / "curves.png")
+    data = path.read_bytes()
+    assert path == tmp_path / "plots" / "curves.png"
+    assert len(data) > len(PNG_MAGIC) and data.startswith(PNG_MAGIC)
+
+
+def test_learning_curves_without_validation(tmp_path: Path) -> None:
+    df = _df()
+    path = plot_learning_curves(df[df["split"] == "test"], tmp_path / "c.png", title="t")
+    assert path.read_bytes().startswith(PNG_MAGIC)

@@ -1,0 +1,43 @@
+"""The plain-text comparison table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fgl_ray.results.summary import summarize
+from fgl_ray.results.table import MISSING, comparison_table
+from fgl_ray.results.writer import metric_rows
+
+
+def _summary(seed: int, domains: tuple[str, ...], with_val: bool = True) -> dict:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for r in range(1, 8):
+        for domain in (*domains, "all"):
+            rows += metric_rows(r, "server", domain, "test", {"accuracy": rng.random()})
+        if with_val:
+            rows += metric_rows(r, "server", "all", "val", {"accuracy": rng.random()})
+    return summarize(pd.DataFrame(rows).assign(run_id=f"run{seed}"), last_k=3)
+
+
+def _cell(stats: dict) -> str:
+    return f"{100 * stats['mean']:.2f} ± {100 * stats['std']:.2f}"
+
+
+def test_table_rows_and_cells() -> None:
+    fedavg, local = _summary(0, ("DE", "EN")), _summary(1, ("EN", "ES"), with_val=False)
+    text = comparison_table({"fedavg": fedavg, "local": local})
+    header, first, second = text.splitlines()
+    assert header.split()[:6] == ["run", "DE", "EN", "ES", "AVG", "ALL"]
+    assert first.split()[0] == "fedavg" and second.split()[0] == "local"
+    for cell in (
+        _cell(fedavg["domains"]["DE"]["accuracy"]),
+        _cell(fedavg["avg_over_domains"]["accuracy"]),
+        _cell(fedavg["all"]["accuracy"]),
+        f"{100 * fedavg['best_validation']['all']['accuracy']:.2f}",
+        f"(round {fedavg['best_validation']['round']})",
+    ):
+        assert cell in first
+    assert _cell(local["domains"]["ES"]["accuracy"]) in second
+    assert second.count(MISSING) == 2  # no DE column value, no best-validation round
