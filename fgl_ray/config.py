@@ -28,6 +28,8 @@ class ExperimentConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    preset: Optional[str] = Field(None, description="named paper setting whose values are defaults (twitch-S1, ...)")
+
     # --- data
     dataset: str = Field("synthetic", description="dataset name (`fgl-ray datasets`)")
     data_dir: Optional[Path] = Field(None, description="dataset root; default $FGL_DATA_DIR or ~/.cache/fgl-ray/datasets")
@@ -46,6 +48,7 @@ class ExperimentConfig(BaseModel):
     hidden: int = Field(128, description="hidden width")
     num_layers: int = Field(2, description="layers")
     dropout: float = Field(0.5, description="dropout probability")
+    model_options: dict[str, Any] = Field(default_factory=dict, description="backbone options (e.g. propagate_in_training)")
 
     # --- algorithm
     algorithm: str = Field("fedavg", description="federated algorithm (`fgl-ray list`)")
@@ -64,6 +67,8 @@ class ExperimentConfig(BaseModel):
     min_clients: int = Field(1, description="fewest successful updates for a round to aggregate")
     round_timeout_s: float = Field(600.0, description="seconds to wait for client updates per round")
     eval_every: int = Field(1, description="evaluate every this many rounds (and the last)")
+    diagnostics: bool = Field(False, description="record the update-field diagnostics of FedIA Section 3.2 each round")
+    diagnostics_fraction: float = Field(0.05, description="top fraction p of |u_k| for the overlap diagnostic")
     last_k: int = Field(20, description="rounds in the last-K summary")
     seed: int = Field(0, description="training seed (model init, client sampling, dropout)")
 
@@ -77,6 +82,13 @@ class ExperimentConfig(BaseModel):
     output_dir: Path = Field(Path("results"), description="folder that receives one subfolder per run")
     run_name: Optional[str] = Field(None, description="run folder name; default algorithm-aggregator-dataset-time")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_defaults(cls, values: Any) -> Any:
+        from fgl_ray.presets import apply_preset
+
+        return apply_preset(values) if isinstance(values, dict) else values
+
     # ------------------------------------------------------------------ field checks
     @field_validator("num_clients", "clients_per_domain", "rounds", "local_epochs", "eval_every", "last_k",
                      "hidden", "num_layers", "feature_dim", "min_clients")
@@ -86,11 +98,11 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"{info.field_name} must be >= 1, got {value}")
         return value
 
-    @field_validator("fraction_fit")
+    @field_validator("fraction_fit", "diagnostics_fraction")
     @classmethod
-    def _fraction(cls, value: float) -> float:
+    def _fraction(cls, value: float, info) -> float:
         if not 0.0 < value <= 1.0:
-            raise ValueError(f"fraction_fit must be in (0, 1], got {value}; e.g. 1.0 samples every client")
+            raise ValueError(f"{info.field_name} must be in (0, 1], got {value}; e.g. 1.0 keeps all")
         return value
 
     @field_validator("dropout")
@@ -137,12 +149,12 @@ class ExperimentConfig(BaseModel):
         from fgl_ray.algorithms import ALGORITHMS
         from fgl_ray.data.datasets import DATASETS
         from fgl_ray.data.partition import PARTITIONERS, PRESETS
-        from fgl_ray.models import MODELS
+        from fgl_ray.models import check_model_options
 
         spec = DATASETS.get(self.dataset)
         ALGORITHMS.get(self.algorithm).Options(**self.algorithm_options)
         AGGREGATORS.get(self.aggregator).Options(**self.aggregator_options)
-        MODELS.get(self.model)
+        check_model_options(self.model, self.model_options)
         if self.partition in PRESETS:
             preset = PRESETS[self.partition]
             if self.dataset != preset.dataset:

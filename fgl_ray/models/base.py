@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 from torch import Tensor, nn
 
 from fgl_ray.registry import Registry
@@ -26,10 +28,28 @@ class GraphModel(nn.Module):
         return self.classify(self.encode(x, edge_index), edge_index)
 
 
+COMMON_ARGUMENTS = ("self", "in_dim", "num_classes", "hidden", "num_layers", "dropout")
+
+
+def model_options(name: str) -> list[str]:
+    """Keyword options that backbone ``name`` accepts beyond the common ones."""
+    signature = inspect.signature(MODELS.get(name).__init__)
+    return [p for p in signature.parameters if p not in COMMON_ARGUMENTS]
+
+
+def check_model_options(name: str, options: dict) -> None:
+    """Raises ``ValueError`` naming the valid options when ``options`` has an unknown key."""
+    unknown = sorted(set(options) - set(model_options(name)))
+    if unknown:
+        valid = ", ".join(model_options(name)) or "none"
+        raise ValueError(f"model {name!r} has no option(s) {', '.join(unknown)}; valid options: {valid}")
+
+
 def build_model(name: str, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
-                dropout: float = 0.5) -> GraphModel:
-    """Builds the registered backbone ``name``."""
-    return MODELS.get(name)(in_dim, num_classes, hidden=hidden, num_layers=num_layers, dropout=dropout)
+                dropout: float = 0.5, **options) -> GraphModel:
+    """Builds the registered backbone ``name`` with its extra ``options``."""
+    check_model_options(name, options)
+    return MODELS.get(name)(in_dim, num_classes, hidden=hidden, num_layers=num_layers, dropout=dropout, **options)
 
 
 def layer_dims(in_dim: int, num_classes: int, hidden: int, num_layers: int) -> list[tuple[int, int]]:

@@ -1,7 +1,7 @@
 """Run outputs: the long-format metrics table, manifest, summary, plots and text tables."""
 
 from fgl_ray.results.manifest import git_revision, package_versions, write_manifest
-from fgl_ray.results.plots import plot_learning_curves
+from fgl_ray.results.plots import plot_learning_curves, plot_update_diagnostics
 from fgl_ray.results.summary import round_tables, server_rows, summarize, write_summary
 from fgl_ray.results.table import comparison_table
 from fgl_ray.results.writer import (
@@ -25,6 +25,7 @@ __all__ = [
     "metric_rows",
     "package_versions",
     "plot_learning_curves",
+    "plot_update_diagnostics",
     "read_metrics",
     "round_tables",
     "server_rows",

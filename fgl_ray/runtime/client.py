@@ -22,6 +22,12 @@ class SimulatedClientFailure(RuntimeError):
     """Raised by a client that the config's ``failures`` plan makes fail this round."""
 
 
+def build_config_model(config: ExperimentConfig, num_features: int, num_classes: int) -> torch.nn.Module:
+    """The backbone the config names, with its options."""
+    return build_model(config.model, num_features, num_classes, config.hidden, config.num_layers, config.dropout,
+                       **config.model_options)
+
+
 def build_optimizer(config: ExperimentConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     """The local optimizer named by the config."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -39,8 +45,7 @@ class ClientRuntime:
         self.domain = graph.domain
         self.config = config
         device = torch.device(device)
-        model = build_model(config.model, num_features, num_classes, config.hidden, config.num_layers,
-                            config.dropout).to(device)
+        model = build_config_model(config, num_features, num_classes).to(device)
         self.algorithm = build_algorithm(config.algorithm, config.algorithm_options, config)
         self.ctx = ClientContext(
             client_id=graph.client_id, data=graph.data.to(device), model=model,

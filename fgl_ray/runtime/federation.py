@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from fgl_ray.config import ExperimentConfig
 from fgl_ray.data import build_federated_data
 from fgl_ray.data.types import FederatedGraphData
-from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, plot_learning_curves, read_metrics, summarize,
+from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, plot_learning_curves,
+                             plot_update_diagnostics, read_metrics, summarize,
                              write_manifest, write_summary)
 from fgl_ray.runtime.records import round_rows
 from fgl_ray.runtime.server import RoundResult
@@ -79,8 +81,10 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
         with (run_dir / "failures.jsonl").open("a") as failure_log:
             for round_index in bar:
                 result = backend.run_round(round_index)
-                rows = round_rows(result, domain_of)
+                rows = round_rows(result, domain_of, config.diagnostics_fraction)
                 writer.write(rows)
+                if result.diagnostics:
+                    save_diagnostics(run_dir, result)
                 for failure in result.failures:
                     failure_log.write(json.dumps({"round": round_index, **failure.__dict__}) + "\n")
                     bar.write(f"round {round_index}: client {failure.client_id} failed in {failure.phase}: {failure.reason}")
@@ -97,4 +101,25 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     summary = summarize(metrics, last_k=config.last_k)
     write_summary(run_dir, summary)
     plot_learning_curves(metrics, run_dir / "learning_curves.png")
+    if config.diagnostics:
+        plot_saved_diagnostics(run_dir, metrics, domain_of)
     return RunResult(run_id, run_dir, summary)
+
+
+def save_diagnostics(run_dir: Path, result: RoundResult) -> Path:
+    """Writes one round's diagnostic matrices to ``diagnostics/round-NNNN.npz``."""
+    folder = run_dir / "diagnostics"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"round-{result.round:04d}.npz"
+    np.savez_compressed(path, **result.diagnostics)
+    return path
+
+
+def plot_saved_diagnostics(run_dir: Path, metrics, domain_of) -> Path | None:
+    """Draws ``diagnostics.png`` from the last saved round's matrices and the metric rows."""
+    saved = sorted((run_dir / "diagnostics").glob("round-*.npz"))
+    if not saved:
+        return None
+    last = np.load(saved[-1])
+    labels = [f"{cid}:{domain_of[int(cid)]}" for cid in last["client_ids"]]
+    return plot_update_diagnostics(metrics, last["overlap"], labels, run_dir / "diagnostics.png")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
+import torch
+
+from fgl_ray.diagnostics import mean_off_diagonal, random_overlap_reference
 from fgl_ray.metrics import group_confusions, scores_from_confusion
 from fgl_ray.results import ALL_DOMAINS, SERVER_ID, metric_rows
 from fgl_ray.runtime.server import RoundResult
@@ -11,7 +14,24 @@ from fgl_ray.runtime.server import RoundResult
 EVAL_SPLITS = ("val", "test")
 
 
-def round_rows(result: RoundResult, domain_of: Mapping[int, str]) -> list[dict]:
+def diagnostic_rows(result: RoundResult, domain_of: Mapping[int, str], fraction: float) -> list[dict]:
+    """Summaries of the round's update diagnostics (the full matrices are saved separately)."""
+    found = result.diagnostics
+    if not found:
+        return []
+    t = result.round
+    rows = metric_rows(t, SERVER_ID, ALL_DOMAINS, "diagnostics", {
+        "overlap_mean_off_diagonal": mean_off_diagonal(torch.from_numpy(found["overlap"])),
+        "overlap_random_reference": random_overlap_reference(fraction),
+        "pairwise_cosine_mean_off_diagonal": mean_off_diagonal(torch.from_numpy(found["pairwise_cosine"])),
+        "cosine_to_aggregate_mean": float(found["cosine_to_aggregate"].mean()),
+    })
+    for client_id, cosine in zip(found["client_ids"].tolist(), found["cosine_to_aggregate"].tolist()):
+        rows += metric_rows(t, client_id, domain_of[client_id], "diagnostics", {"cosine_to_aggregate": cosine})
+    return rows
+
+
+def round_rows(result: RoundResult, domain_of: Mapping[int, str], fraction: float = 0.05) -> list[dict]:
     """Per-client, per-domain (pooled) and overall (pooled) scores, train metrics, failures, timings."""
     t = result.round
     rows: list[dict] = []
@@ -29,6 +49,7 @@ def round_rows(result: RoundResult, domain_of: Mapping[int, str]) -> list[dict]:
         rows += metric_rows(t, SERVER_ID, ALL_DOMAINS, split, scores_from_confusion(pooled))
     for failure in result.failures:
         rows += metric_rows(t, failure.client_id, domain_of[failure.client_id], failure.phase, {"failed": 1.0})
+    rows += diagnostic_rows(result, domain_of, fraction)
     rows += metric_rows(t, SERVER_ID, ALL_DOMAINS, "round", {
         "seconds": result.seconds, **result.timings,
         "participants": len(result.updates), "aggregated": float(result.aggregated),

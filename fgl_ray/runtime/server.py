@@ -17,10 +17,11 @@ from fgl_ray.aggregators import build_aggregator
 from fgl_ray.aggregators.base import sample_weights
 from fgl_ray.algorithms import build_algorithm
 from fgl_ray.config import ExperimentConfig
+from fgl_ray.diagnostics import cosine_to_aggregate, jaccard_overlap, pairwise_cosine
 from fgl_ray.messages import (GLOBAL, Broadcast, ClientEvaluation, ClientFailure, ClientUpdate, ModelState,
                               PayloadError, check_update)
-from fgl_ray.models import build_model
 from fgl_ray.params import ParamLayout, buffer_vector, trainable_vector
+from fgl_ray.runtime.client import build_config_model
 from fgl_ray.runtime.seeding import derive_seed
 
 
@@ -46,6 +47,7 @@ class RoundResult:
     aggregated: bool
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
+    diagnostics: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class ServerRuntime:
@@ -58,7 +60,7 @@ class ServerRuntime:
         self.client_ids = sorted(client_ids)
         self.num_classes = num_classes
         torch.manual_seed(derive_seed(config.seed, -1))
-        model = build_model(config.model, num_features, num_classes, config.hidden, config.num_layers, config.dropout)
+        model = build_config_model(config, num_features, num_classes)
         self.layout = ParamLayout.of(model)
         self.models: dict[str, ModelState] = {GLOBAL: ModelState(trainable_vector(model), buffer_vector(model))}
         self.assignment: dict[int, str] = {}
@@ -78,6 +80,7 @@ class ServerRuntime:
         answers = self.pool.train(self.broadcast(round_index), selected, self.config.round_timeout_s)
         trained = time.perf_counter()
         updates, failures = self._accept(answers)
+        diagnostics = self._diagnostics(updates) if self.config.diagnostics and len(updates) > 1 else {}
         aggregated = len(updates) >= self.config.min_clients
         if aggregated:
             self.algorithm.aggregate(self, updates)
@@ -92,7 +95,19 @@ class ServerRuntime:
             round=round_index, selected=list(selected), updates={u.client_id: u.metrics for u in updates},
             evaluations=evaluations, failures=failures, aggregated=aggregated, seconds=finished - started,
             timings={"train_seconds": trained - started, "evaluate_seconds": finished - trained},
+            diagnostics=diagnostics,
         )
+
+    def _diagnostics(self, updates: Sequence[ClientUpdate]) -> dict[str, np.ndarray]:
+        """FedIA Section 3.2 diagnostics over this round's accepted updates."""
+        stacked = torch.stack([u.update for u in updates])
+        weights = sample_weights(torch.tensor([u.num_samples for u in updates], dtype=torch.float64))
+        return {
+            "client_ids": np.array([u.client_id for u in updates]),
+            "overlap": jaccard_overlap(stacked, self.config.diagnostics_fraction).numpy(),
+            "pairwise_cosine": pairwise_cosine(stacked).numpy(),
+            "cosine_to_aggregate": cosine_to_aggregate(stacked, weights).numpy(),
+        }
 
     def evaluation_due(self, round_index: int) -> bool:
         last = round_index == self.config.rounds - 1
