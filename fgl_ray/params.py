@@ -65,8 +65,11 @@ def load_trainable_vector(model: nn.Module, vector: Tensor) -> None:
     expected = sum(p.numel() for p in params)
     if vector.numel() != expected:
         raise ValueError(f"weight vector has {vector.numel()} entries, the model needs {expected}")
-    with torch.no_grad():
-        torch.nn.utils.vector_to_parameters(vector.to(params[0].device, params[0].dtype), params)
+    start = 0
+    with torch.no_grad():  # copy_, never alias: the vector may be a shared broadcast tensor
+        for param in params:
+            param.copy_(vector[start:start + param.numel()].view_as(param))
+            start += param.numel()
 
 
 def _float_buffers(model: nn.Module) -> list[Tensor]:

@@ -23,3 +23,14 @@ def test_module_groups_cover_the_vector_once():
             covered[part] += 1
         assert bool((covered == 1).all())
     assert len(layout.groups("module")) == 3 and len(layout.groups("tensor")) == 6
+
+
+def test_loading_copies_so_training_never_writes_into_the_source_vector():
+    model = build_model("mlp", 7, 3, hidden=5)
+    source = torch.randn(ParamLayout.of(model).size)
+    kept = source.clone()
+    load_trainable_vector(model, source)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(1.0)
+    assert torch.equal(source, kept)
