@@ -67,7 +67,8 @@ class ServerRuntime:
         self.instructions: dict[int, dict] = {}
         self.algorithm = build_algorithm(config.algorithm, config.algorithm_options, config)
         self.aggregator = build_aggregator(config.aggregator, config.aggregator_options, self.layout, self.client_ids)
-        self.declared = self.algorithm.declared_stats(num_classes, config.hidden)
+        embedding_dim = config.hidden if config.num_layers > 1 else num_features  # width of model.encode
+        self.declared = self.algorithm.declared_stats(num_classes, embedding_dim)
         self.rng = np.random.default_rng(derive_seed(config.seed, -2))
         self.algorithm.setup_server(self)
         self._broadcast: Broadcast | None = None

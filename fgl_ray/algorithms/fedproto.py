@@ -1,0 +1,110 @@
+"""FedProto (Tan et al., "FedProto: Federated Prototype Learning across Heterogeneous Clients", AAAI 2022).
+
+Client ``k`` minimises (Eq. 8 of the paper, with the MSE distance of the authors' code)
+
+    loss = CE + lam * MSE(h_i, p_{y_i})    over training nodes i whose class has a global prototype
+
+with ``h = model.encode(x, edge_index)``; with no global prototypes yet the loss is plain CE.
+After local training the client uploads its local prototypes, the per-class means of ``h``
+over its TRAINING nodes, and its per-class counts. ``h`` is taken in the training phase with
+dropout off (:func:`~fgl_ray.algorithms.prototypes.training_phase`): the prototypes live in
+the space of the representations they regularise (for PMLP-GCN, without propagation), as the
+authors of FedProto and FedProc build them from training-mode features. The server's
+prototype of class ``c`` is the count-weighted mean over the clients that have class ``c``
+(:func:`~fgl_ray.algorithms.prototypes.merge_prototypes`; never averaging in the zero
+vectors of absent classes); a class that no participant of this round holds keeps its
+previous global prototype. The server broadcasts ``prototypes [C, hidden]`` and
+``present [C]``. Unlike the paper (which shares prototypes only), model weights are also
+aggregated by the configured aggregator, and prediction uses the classifier head.
+Default ``lam = 1`` (OpenFGL).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import Tensor
+
+from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
+from fgl_ray.algorithms.prototypes import class_means, merge_prototypes, training_phase
+from fgl_ray.messages import ClientUpdate
+
+
+@ALGORITHMS.register("fedproto")
+class FedProto(Algorithm):
+    """Prototype exchange; subclasses (FedProc) change only :meth:`objective`."""
+
+    class Options(Algorithm.Options):
+        lam: float = Field(1.0, ge=0.0, description="weight lambda of the prototype regulariser")
+
+    # ------------------------------------------------------------------ client side
+    @staticmethod
+    def global_prototypes(ctx: ClientContext) -> tuple[Tensor, Tensor] | None:
+        """The broadcast ``(prototypes, present)`` on the client's device, or ``None`` if none exist."""
+        stats = ctx.server_stats
+        if "prototypes" not in stats or not bool(stats["present"].any()):
+            return None
+        return stats["prototypes"].to(ctx.device), stats["present"].to(ctx.device).bool()
+
+    def prototype_nodes(self, ctx: ClientContext, present: Tensor) -> Tensor:
+        """Training nodes whose class has a global prototype (boolean ``[n]``)."""
+        return ctx.data.train_mask & present[ctx.data.y]
+
+    def objective(self, ctx: ClientContext, z: Tensor, logits: Tensor) -> Tensor:
+        """``CE + lam * MSE(h_i, p_{y_i})``; plain CE when no prototype applies."""
+        ce = self.loss(ctx, logits)
+        protos = self.global_prototypes(ctx)
+        if protos is None:
+            return ce
+        prototypes, present = protos
+        nodes = self.prototype_nodes(ctx, present)
+        if not bool(nodes.any()):
+            return ce
+        return ce + self.options.lam * F.mse_loss(z[nodes], prototypes[ctx.data.y[nodes]].to(z.dtype))
+
+    def local_train(self, ctx: ClientContext) -> dict[str, float]:
+        """``local_epochs`` full-batch steps on :meth:`objective`."""
+        ctx.model.train()
+        data = ctx.data
+        loss = torch.zeros(())
+        for _ in range(self.config.local_epochs):
+            ctx.optimizer.zero_grad(set_to_none=True)
+            z = ctx.model.encode(data.x, data.edge_index)
+            loss = self.objective(ctx, z, ctx.model.classify(z, data.edge_index))
+            loss.backward()
+            ctx.optimizer.step()
+        return {"loss": float(loss.detach())}
+
+    @torch.no_grad()
+    def upload(self, ctx: ClientContext) -> dict[str, Tensor]:
+        """Local prototypes (per-class means of ``encode`` over training nodes) and counts."""
+        with training_phase(ctx.model) as model:
+            z = model.encode(ctx.data.x, ctx.data.edge_index)
+        means, counts = class_means(z, ctx.data.y, ctx.data.train_mask, ctx.num_classes)
+        return {"prototypes": means, "counts": counts}
+
+    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
+        return {"prototypes": (num_classes, hidden), "counts": (num_classes,)}
+
+    # ------------------------------------------------------------------ server side
+    def setup_server(self, server) -> None:
+        """No global prototype before the first aggregation."""
+        self.prototypes = torch.zeros(server.num_classes, self.config.hidden)
+        self.present = torch.zeros(server.num_classes, dtype=torch.bool)
+
+    def aggregate(self, server, updates: Sequence[ClientUpdate]) -> None:
+        """Configured weight aggregation, then the prototype merge."""
+        server.aggregate_with_aggregator(updates)
+        entries = [(u.stats["prototypes"], u.stats["counts"]) for u in updates if "prototypes" in u.stats]
+        if not entries:
+            return
+        merged, present = merge_prototypes(entries)
+        keep = present.unsqueeze(-1)
+        self.prototypes = torch.where(keep, merged, self.prototypes)
+        self.present = self.present | present
+
+    def server_stats(self, server) -> dict[str, Tensor]:
+        return {"prototypes": self.prototypes.clone(), "present": self.present.clone()}
