@@ -147,6 +147,7 @@ class ExperimentConfig(BaseModel):
     def _names_and_data(self) -> "ExperimentConfig":
         from fgl_ray.aggregators import AGGREGATORS
         from fgl_ray.algorithms import ALGORITHMS
+        from fgl_ray.data import dataset_domains
         from fgl_ray.data.datasets import DATASETS
         from fgl_ray.data.partition import PARTITIONERS, PRESETS
         from fgl_ray.models import check_model_options
@@ -165,10 +166,11 @@ class ExperimentConfig(BaseModel):
         elif self.partition not in PARTITIONERS:
             valid = ", ".join(PARTITIONERS.names() + sorted(PRESETS))
             raise ValueError(f"unknown partition {self.partition!r}; valid partitions: {valid}")
-        if self.domain_ratios is not None and len(self.domain_ratios) != len(spec.domains):
+        domains = dataset_domains(self)
+        if self.domain_ratios is not None and len(self.domain_ratios) != len(domains):
             raise ValueError(
                 f"domain_ratios has {len(self.domain_ratios)} entries but dataset {self.dataset!r} has "
-                f"{len(spec.domains)} domains ({', '.join(spec.domains)}); give one ratio per domain"
+                f"{len(domains)} domains ({', '.join(domains)}); give one ratio per domain"
             )
         if spec.needs_files:
             _check_data_dir(self.resolved_data_dir(), self.data_dir is not None or "FGL_DATA_DIR" in os.environ)

@@ -57,3 +57,23 @@ def test_config_is_frozen():
     config = load_config({})
     with pytest.raises(Exception):
         config.rounds = 4
+
+
+def test_synthetic_domain_count_follows_its_options():
+    config = load_config({"synthetic": {"num_domains": 5}, "domain_ratios": [1, 1, 2, 1, 1]})
+    assert config.domain_ratios == [1, 1, 2, 1, 1]
+    with pytest.raises(ConfigError, match="one ratio per domain"):
+        load_config({"synthetic": {"num_domains": 5}, "domain_ratios": [1, 1, 1]})
+
+
+def test_bad_synthetic_options_are_named():
+    with pytest.raises(ConfigError, match="num_domainz"):
+        load_config({"synthetic": {"num_domainz": 5}})
+
+
+def test_a_preset_supplies_defaults_that_explicit_values_override():
+    config = load_config({"preset": "twitch-S3", "rounds": 3})
+    assert (config.dataset, config.partition, config.model, config.lr, config.rounds) == \
+        ("twitch", "twitch-S3", "pmlp_gcn", 0.05, 3)
+    with pytest.raises(ConfigError, match="valid presets"):
+        load_config({"preset": "twitch-S9"})

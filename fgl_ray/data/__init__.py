@@ -1,0 +1,128 @@
+"""The data layer: load a dataset's domains, align features, partition, split per client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from torch_geometric.datasets import TUDataset
+
+from fgl_ray.data.datasets import DATASETS, SYNTHETIC, available_offline
+from fgl_ray.data.features import align_features
+from fgl_ray.data.partition import PARTITIONERS, PRESETS, PartitionParams, build_clients, union_graph
+from fgl_ray.data.storage import resolve_cache_dir
+from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains
+from fgl_ray.data.types import ClientGraph, DatasetSpec, DomainGraph, FederatedGraphData
+
+if TYPE_CHECKING:
+    from fgl_ray.config import ExperimentConfig
+
+__all__ = [
+    "DATASETS",
+    "ClientGraph",
+    "DatasetSpec",
+    "DomainGraph",
+    "FederatedGraphData",
+    "available_offline",
+    "build_federated_data",
+    "dataset_domains",
+    "load_domains",
+    "load_graph_dataset",
+]
+
+
+def build_federated_data(config: ExperimentConfig) -> FederatedGraphData:
+    """Loads, aligns, partitions and splits the config's node-classification dataset.
+
+    Reads only ``dataset``, ``resolved_data_dir()``, ``partition``, ``num_clients``,
+    ``clients_per_domain``, ``domain_ratios``, ``dirichlet_alpha``, ``resolved_split()``,
+    ``feature_dim``, ``data_seed`` and ``synthetic`` from ``config``.
+
+    Args:
+        config: an ``ExperimentConfig``.
+
+    Returns:
+        The clients (ids ``0..K-1`` in domain order) and the facts models need.
+
+    Raises:
+        NotImplementedError: the dataset is a graph-classification set.
+        ValueError: the partition settings do not fit the dataset.
+    """
+    spec = DATASETS.get(config.dataset)
+    if spec.task != "node":
+        raise NotImplementedError(
+            f"dataset {config.dataset!r} is a graph-classification set; graph classification arrives with "
+            "GCFL (load it with fgl_ray.data.load_graph_dataset); choose a node dataset such as synthetic or twitch"
+        )
+    loaded = load_domains(config)
+    domains = align_features(loaded, config.feature_dim, config.data_seed)
+    partitioner, params = _partition_settings(config, len(domains))
+    graph = union_graph(domains)
+    assignments = PARTITIONERS.get(partitioner)(graph, params)
+    split = tuple(config.resolved_split())
+    clients = build_clients(graph, assignments, [domain.name for domain in domains], split, config.data_seed)
+    return FederatedGraphData(
+        clients=clients,
+        domains=[domain.name for domain in domains],
+        num_features=graph.num_features,
+        num_classes=int(graph.y.max()) + 1,
+        meta={
+            "dataset": config.dataset,
+            "partitioner": partitioner,
+            "split": split,
+            "domain_nodes": {domain.name: domain.data.num_nodes for domain in loaded},
+            "raw_feature_dims": {domain.name: domain.data.num_features for domain in loaded},
+            "features_aligned": any(a.data is not b.data for a, b in zip(domains, loaded)),
+        },
+    )
+
+
+def load_domains(config: ExperimentConfig) -> list[DomainGraph]:
+    """The config's dataset as one cleaned graph per domain, before alignment and partitioning."""
+    if config.dataset == SYNTHETIC:
+        return generate_domains(SyntheticOptions(**config.synthetic), config.data_seed)
+    return DATASETS.get(config.dataset).load(config.resolved_data_dir(), resolve_cache_dir())
+
+
+def dataset_domains(config: ExperimentConfig) -> list[str]:
+    """The domain names the config's dataset really has (``synthetic`` follows ``num_domains``)."""
+    if config.dataset == SYNTHETIC:
+        return domain_names(SyntheticOptions(**config.synthetic).num_domains)
+    return list(DATASETS.get(config.dataset).domains)
+
+
+def load_graph_dataset(name: str, root: Path, cache_dir: Path | None = None) -> TUDataset:
+    """A graph-classification dataset (``tu-mutag``, ...) as PyG's ``TUDataset``.
+
+    Args:
+        name: registry name of a graph-task dataset.
+        root: dataset root in PyG layout (may be read-only).
+        cache_dir: where read-only folders are copied; default :func:`resolve_cache_dir`.
+    """
+    spec = DATASETS.get(name)
+    if spec.task != "graph":
+        graph_sets = ", ".join(n for n in DATASETS.names() if DATASETS.get(n).task == "graph")
+        raise ValueError(f"dataset {name!r} is a node-classification set; graph datasets: {graph_sets}")
+    return spec.load(Path(root), cache_dir or resolve_cache_dir())
+
+
+def _partition_settings(config: ExperimentConfig, num_domains: int) -> tuple[str, PartitionParams]:
+    """The partitioner name and its parameters; a preset overrides ratios and clients per domain."""
+    if config.partition in PRESETS:
+        preset = PRESETS[config.partition]
+        name, ratios, per_domain = preset.partitioner, preset.domain_ratios, preset.clients_per_domain
+    else:
+        name, per_domain = config.partition, config.clients_per_domain
+        ratios = tuple(config.domain_ratios or (1,) * num_domains)
+    if len(ratios) != num_domains:
+        raise ValueError(
+            f"domain_ratios has {len(ratios)} entries but dataset {config.dataset!r} has {num_domains} domains; "
+            "give one ratio per domain"
+        )
+    return name, PartitionParams(
+        num_clients=config.num_clients,
+        clients_per_domain=per_domain,
+        domain_ratios=ratios,
+        dirichlet_alpha=config.dirichlet_alpha,
+        seed=config.data_seed,
+    )

@@ -1,0 +1,176 @@
+"""The dataset registry: names, domains, default splits and offline-capable PyG loaders.
+
+Every loader takes ``(root, cache_dir)``: ``root`` is a folder in PyG layout (it may be
+read-only, see :mod:`fgl_ray.data.storage`), ``cache_dir`` receives copies of read-only
+folders. Node-task loaders return one cleaned :class:`DomainGraph` per domain: ``x`` float32,
+``y`` int64, ``edge_index`` undirected (both directions) without self-loops or duplicates.
+Graph-task loaders return the PyG ``TUDataset``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.datasets import (
+    EmailEUCore,
+    HeterophilousGraphDataset,
+    Planetoid,
+    TUDataset,
+    Twitch,
+    WikipediaNetwork,
+)
+from torch_geometric.transforms import AddRandomWalkPE, LocalDegreeProfile
+from torch_geometric.utils import remove_self_loops, to_undirected
+
+from fgl_ray.data.storage import writable_root
+from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains
+from fgl_ray.data.types import DatasetSpec, DomainGraph
+from fgl_ray.registry import Registry
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset")
+
+SYNTHETIC = "synthetic"
+TWITCH_LANGUAGES = ("DE", "EN", "ES", "FR", "PT", "RU")
+WIKIPEDIA_PAGES = ("chameleon", "squirrel", "crocodile")
+SPLIT = (0.6, 0.2, 0.2)
+TWITCH_SPLIT = (0.6, 0.1, 0.3)
+SYNTHETIC_SPLIT = (0.1, 0.2, 0.7)
+"""Label-scarce on purpose: with few labels per client, local training is data-limited and
+a federation that pools the shared signal pays off; pass ``split`` to change it."""
+RANDOM_WALK_STEPS = 16
+
+
+def available_offline(spec: DatasetSpec, root: Path) -> bool:
+    """Whether ``spec`` can load from ``root`` without downloading anything."""
+    return not spec.needs_files or all((Path(root) / name).is_file() for name in spec.files)
+
+
+def clean_graph(x: Tensor, edge_index: Tensor, y: Tensor) -> Data:
+    """A graph with float32 ``x``, int64 ``y`` and an undirected, loop-free, coalesced ``edge_index``."""
+    edge_index, _ = remove_self_loops(edge_index)
+    return Data(x=x.float(), edge_index=to_undirected(edge_index, num_nodes=x.size(0)), y=y.long())
+
+
+# ---------------------------------------------------------------------------- loaders
+def _load_synthetic(root: Path | None, cache_dir: Path | None) -> list[DomainGraph]:
+    """The generator with default options and seed 0 (``build_federated_data`` passes the config's)."""
+    return generate_domains(SyntheticOptions(), seed=0)
+
+
+def _load_twitch(languages: tuple[str, ...], root: Path, cache_dir: Path) -> list[DomainGraph]:
+    base = writable_root(root, [f"Twitch/{language}" for language in languages], cache_dir) / "Twitch"
+    graphs = []
+    for language in languages:
+        data = Twitch(str(base), language)[0]
+        graphs.append(DomainGraph(language, clean_graph(data.x, data.edge_index, data.y)))
+    return graphs
+
+
+def _load_wikipedia(pages: tuple[str, ...], root: Path, cache_dir: Path) -> list[DomainGraph]:
+    base = writable_root(root, [f"WikipediaNetwork/{page}" for page in pages], cache_dir) / "WikipediaNetwork"
+    graphs = []
+    for page in pages:
+        dataset = WikipediaNetwork(str(base), page, geom_gcn_preprocess=False)
+        data = dataset[0]
+        y = traffic_classes(dataset.raw_paths[0], data.y)
+        graphs.append(DomainGraph(page, clean_graph(data.x, data.edge_index, y)))
+    return graphs
+
+
+def traffic_classes(npz_path: str, traffic: Tensor, bins: int = 5) -> Tensor:
+    """Five traffic classes of a Wikipedia page: the npz's ``label5`` when present, else the
+    same quantile bins of the traffic (PyG's non-geom ``y`` is the raw float traffic)."""
+    with np.load(npz_path) as raw:
+        if "label5" in raw.files:
+            return torch.from_numpy(raw["label5"]).long()
+    values = traffic.numpy()
+    edges = np.quantile(values, np.arange(1, bins) / bins)
+    return torch.from_numpy(np.searchsorted(edges, values, side="right")).long()
+
+
+def _load_planetoid(name: str, root: Path, cache_dir: Path) -> list[DomainGraph]:
+    base = writable_root(root, [f"Planetoid/{name}"], cache_dir) / "Planetoid"
+    data = Planetoid(str(base), name)[0]
+    return [DomainGraph(name.lower(), clean_graph(data.x, data.edge_index, data.y))]
+
+
+def _load_heterophilous(name: str, root: Path, cache_dir: Path) -> list[DomainGraph]:
+    folder = name.lower()
+    base = writable_root(root, [f"HeterophilousGraphDataset/{folder}"], cache_dir) / "HeterophilousGraphDataset"
+    data = HeterophilousGraphDataset(str(base), name)[0]
+    return [DomainGraph(folder, clean_graph(data.x, data.edge_index, data.y))]
+
+
+def _load_email(root: Path, cache_dir: Path) -> list[DomainGraph]:
+    """EmailEUCore has no node features; nodes get structural ones: log(1 + local degree
+    profile) (5) and random-walk return probabilities (16), both transferable across clients."""
+    data = EmailEUCore(str(writable_root(root, ["EmailEUCore"], cache_dir) / "EmailEUCore"))[0]
+    graph = clean_graph(torch.empty(data.num_nodes, 0), data.edge_index, data.y)
+    graph.x = torch.log1p(LocalDegreeProfile()(graph.clone()).x)
+    graph = AddRandomWalkPE(RANDOM_WALK_STEPS, attr_name=None)(graph)
+    return [DomainGraph("email-eu-core", graph)]
+
+
+def _load_tu(name: str, root: Path, cache_dir: Path) -> TUDataset:
+    return TUDataset(str(writable_root(root, [f"TUDataset/{name}"], cache_dir) / "TUDataset"), name)
+
+
+# ---------------------------------------------------------------------------- registry
+def _add(spec: DatasetSpec) -> None:
+    DATASETS.register(spec.name)(spec)
+
+
+_add(DatasetSpec(
+    SYNTHETIC, "node", tuple(domain_names(SyntheticOptions().num_domains)), SYNTHETIC_SPLIT, _load_synthetic,
+    description="generated multi-domain graphs (config `synthetic` options); needs no files",
+    needs_files=False,
+))
+_add(DatasetSpec(
+    "twitch", "node", TWITCH_LANGUAGES, TWITCH_SPLIT, partial(_load_twitch, TWITCH_LANGUAGES),
+    files=tuple(f"Twitch/{lang}/raw/{lang}.npz" for lang in TWITCH_LANGUAGES),
+    description="Twitch gamers, 6 language domains, mature-content label (2 classes)",
+))
+for _language in TWITCH_LANGUAGES:
+    _add(DatasetSpec(
+        f"twitch-{_language.lower()}", "node", (_language,), TWITCH_SPLIT, partial(_load_twitch, (_language,)),
+        files=(f"Twitch/{_language}/raw/{_language}.npz",),
+        description=f"Twitch gamers, {_language} only (2 classes)",
+    ))
+_add(DatasetSpec(
+    "wikinet", "node", WIKIPEDIA_PAGES, SPLIT, partial(_load_wikipedia, WIKIPEDIA_PAGES),
+    files=tuple(f"WikipediaNetwork/{page}/raw/{page}.npz" for page in WIKIPEDIA_PAGES),
+    description="Wikipedia chameleon/squirrel/crocodile, 5 traffic classes, features aligned by SVD",
+))
+for _name, _key in (("cora", "Cora"), ("citeseer", "CiteSeer")):
+    _add(DatasetSpec(
+        _name, "node", (_name,), SPLIT, partial(_load_planetoid, _key),
+        files=tuple(f"Planetoid/{_key}/raw/ind.{_name}.{part}"
+                    for part in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")),
+        description=f"Planetoid {_key} citation graph",
+    ))
+_add(DatasetSpec(
+    "email-eu-core", "node", ("email-eu-core",), SPLIT, _load_email,
+    files=("EmailEUCore/raw/email-Eu-core.txt", "EmailEUCore/raw/email-Eu-core-department-labels.txt"),
+    description="EU research e-mail graph, 42 departments, structural node features",
+))
+for _name, _key in (("tolokers", "Tolokers"), ("minesweeper", "Minesweeper")):
+    _add(DatasetSpec(
+        _name, "node", (_name,), SPLIT, partial(_load_heterophilous, _key),
+        files=(f"HeterophilousGraphDataset/{_name}/raw/{_name}.npz",),
+        description=f"heterophilous benchmark {_key} (2 classes)",
+    ))
+for _key in ("MUTAG", "PROTEINS", "ENZYMES", "NCI1", "PTC_MR", "IMDB-BINARY", "IMDB-MULTI", "COX2", "BZR", "DD",
+             "COLLAB"):
+    _add(DatasetSpec(
+        f"tu-{_key.lower()}", "graph", (_key,), SPLIT, partial(_load_tu, _key),
+        files=tuple(f"TUDataset/{_key}/raw/{_key}_{part}.txt" for part in ("A", "graph_indicator", "graph_labels")),
+        description=f"TU graph classification {_key}" + (
+            " (offline: expand TUDataset/_original/COLLAB.zip with `python convert_tu_dgcnn.py --collab "
+            "--root DIR/TUDataset`, then use --data-dir DIR)" if _key == "COLLAB" else ""
+        ),
+    ))

@@ -1,0 +1,63 @@
+"""The partitioner registry, its inputs, and the disjoint union that partitioners split."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from fgl_ray.data.types import DomainGraph
+from fgl_ray.registry import Registry
+
+
+@dataclass(frozen=True)
+class PartitionParams:
+    """The settings a partitioner may read.
+
+    Attributes:
+        num_clients: clients for ``louvain``, ``random`` and ``label-dirichlet``.
+        clients_per_domain: base clients per domain for ``domain``.
+        domain_ratios: per-domain multipliers of ``clients_per_domain`` (one per domain).
+        dirichlet_alpha: concentration of ``label-dirichlet``.
+        seed: the data seed.
+    """
+
+    num_clients: int
+    clients_per_domain: int
+    domain_ratios: tuple[int, ...]
+    dirichlet_alpha: float
+    seed: int
+
+
+Partitioner = Callable[[Data, PartitionParams], list[Tensor]]
+"""``(union graph with edge_index, y and domain, params) -> global node ids per client``."""
+
+PARTITIONERS: Registry[Partitioner] = Registry("partitioner")
+
+
+def union_graph(domains: Sequence[DomainGraph]) -> Data:
+    """The disjoint union of the domains, with ``domain[i]`` = index of node ``i``'s domain.
+
+    Raises:
+        ValueError: the domains' feature dimensions differ (align them first).
+    """
+    dims = sorted({domain.data.num_features for domain in domains})
+    if len(dims) > 1:
+        raise ValueError(f"domains have feature dimensions {dims}; align them with align_features first")
+    offsets = torch.tensor([0] + [domain.data.num_nodes for domain in domains]).cumsum(0)
+    return Data(
+        x=torch.cat([domain.data.x for domain in domains]),
+        edge_index=torch.cat(
+            [domain.data.edge_index + offset for domain, offset in zip(domains, offsets.tolist())], dim=1
+        ),
+        y=torch.cat([domain.data.y for domain in domains]),
+        domain=torch.repeat_interleave(torch.arange(len(domains)), offsets.diff()),
+    )
+
+
+def seeded_generator(seed: int) -> torch.Generator:
+    """A torch generator seeded with ``seed``."""
+    return torch.Generator().manual_seed(seed)

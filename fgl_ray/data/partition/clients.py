@@ -1,0 +1,60 @@
+"""Turns node assignments into clients: induced subgraphs with their own split masks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.utils import subgraph
+
+from fgl_ray.data.splits import client_generator, random_split_masks
+from fgl_ray.data.types import ClientGraph
+
+
+def build_clients(
+    graph: Data,
+    assignments: Sequence[Tensor],
+    domain_names: Sequence[str],
+    split: tuple[float, float, float],
+    seed: int,
+) -> list[ClientGraph]:
+    """Builds one client per assignment; edges between clients are dropped.
+
+    A client's domain is the majority domain of its nodes (ties: the earlier domain). Clients
+    are numbered ``0..K-1`` in domain order (stable within a domain), and client ``k``'s split
+    is seeded from ``(seed, k)``.
+
+    Args:
+        graph: the union graph (``x``, ``edge_index``, ``y``, ``domain``).
+        assignments: global node ids per client.
+        domain_names: name of each domain index.
+        split: train/val/test fractions.
+        seed: the data seed.
+
+    Raises:
+        ValueError: a client has no nodes, or a node is assigned twice.
+    """
+    counts = torch.bincount(torch.cat(list(assignments)), minlength=graph.num_nodes)
+    if counts.numel() > graph.num_nodes or int(counts.max()) > 1:
+        raise ValueError(
+            "a partition assigned a node to several clients or outside the graph; each node needs exactly one client"
+        )
+    if any(nodes.numel() == 0 for nodes in assignments):
+        raise ValueError("a partition produced an empty client; lower the number of clients")
+    majority = [int(torch.bincount(graph.domain[nodes]).argmax()) for nodes in assignments]
+    order = sorted(range(len(assignments)), key=lambda index: majority[index])
+    return [
+        _client(graph, assignments[index].sort().values, client_id, domain_names[majority[index]], split, seed)
+        for client_id, index in enumerate(order)
+    ]
+
+
+def _client(graph: Data, nodes: Tensor, client_id: int, domain: str,
+            split: tuple[float, float, float], seed: int) -> ClientGraph:
+    edge_index, _ = subgraph(nodes, graph.edge_index, relabel_nodes=True, num_nodes=graph.num_nodes)
+    train, val, test = random_split_masks(nodes.numel(), split, client_generator(seed, client_id))
+    data = Data(x=graph.x[nodes], edge_index=edge_index, y=graph.y[nodes],
+                train_mask=train, val_mask=val, test_mask=test)
+    return ClientGraph(client_id=client_id, domain=domain, data=data)

@@ -1,0 +1,66 @@
+"""Read-only dataset roots are copied (only what is needed, once) into a writable cache."""
+
+import os
+import stat
+
+import pytest
+
+from fgl_ray.data.storage import is_writable, resolve_cache_dir, writable_root
+
+
+@pytest.fixture
+def read_only_root(tmp_path):
+    root = tmp_path / "datasets"
+    for name in ("DE", "EN"):
+        raw = root / "Twitch" / name / "raw"
+        raw.mkdir(parents=True)
+        (raw / f"{name}.npz").write_bytes(b"x" * 64)
+    for folder, _, files in os.walk(root):
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o444)
+        os.chmod(folder, 0o555)
+    yield root
+    for folder, _, _ in os.walk(root):
+        os.chmod(folder, 0o755)
+
+
+def test_read_only_root_counts_as_read_only(read_only_root):
+    assert not is_writable(read_only_root / "Twitch" / "DE")
+    assert is_writable(read_only_root.parent / "elsewhere" / "deeper")
+
+
+def test_writable_root_is_used_in_place(tmp_path):
+    root = tmp_path / "fresh"
+    assert writable_root(root, ["Twitch/DE"], tmp_path / "cache") == root
+    assert root.is_dir()
+
+
+def test_read_only_root_copies_only_the_needed_folder_once(read_only_root, tmp_path):
+    cache = tmp_path / "cache"
+    mirror = writable_root(read_only_root, ["Twitch/DE"], cache)
+    assert cache in mirror.parents
+    copy = mirror / "Twitch" / "DE"
+    assert (copy / "raw" / "DE.npz").read_bytes() == (read_only_root / "Twitch/DE/raw/DE.npz").read_bytes()
+    assert not (mirror / "Twitch" / "EN").exists()
+    assert os.stat(copy).st_mode & stat.S_IWUSR, "PyG must be able to write processed/ into the copy"
+    marker = copy / "processed"
+    marker.mkdir()
+    assert writable_root(read_only_root, ["Twitch/DE"], cache) == mirror
+    assert marker.is_dir(), "a complete copy is reused, not copied again"
+
+
+def test_incomplete_copy_is_replaced(read_only_root, tmp_path):
+    mirror = writable_root(read_only_root, ["Twitch/DE"], tmp_path / "cache")
+    (mirror / "Twitch/DE/raw/DE.npz").write_bytes(b"short")
+    writable_root(read_only_root, ["Twitch/DE"], tmp_path / "cache")
+    assert (mirror / "Twitch/DE/raw/DE.npz").stat().st_size == 64
+
+
+def test_missing_folder_in_read_only_root_is_a_clear_error(read_only_root, tmp_path):
+    with pytest.raises(FileNotFoundError, match="read-only"):
+        writable_root(read_only_root, ["Twitch/FR"], tmp_path / "cache")
+
+
+def test_cache_dir_follows_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("FGL_CACHE_DIR", str(tmp_path / "c"))
+    assert resolve_cache_dir() == tmp_path / "c"
