@@ -43,6 +43,9 @@ class ExperimentConfig(BaseModel):
     data_seed: int = Field(0, description="seed for generation, partition and splits")
     synthetic: dict[str, Any] = Field(default_factory=dict, description="options of the synthetic generator")
 
+    sparse_features: Literal["auto", "on", "off"] = Field(
+        "auto", description="keep node features as sparse CSR inside clients (auto: density <= 10% and the model allows)")
+
     # --- model
     model: str = Field("gcn", description="backbone (`fgl-ray list`)")
     hidden: int = Field(128, description="hidden width")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import warnings
+from typing import ClassVar
 
 from torch import Tensor, nn
 
@@ -17,6 +20,9 @@ class GraphModel(nn.Module):
     Algorithms that share representations (prototypes) use ``encode``; everything else calls
     the module as ``model(x, edge_index) -> logits``.
     """
+
+    #: The first layer multiplies ``x`` by a weight, so ``x`` may be a sparse CSR matrix.
+    accepts_sparse_features: ClassVar[bool] = True
 
     def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
         raise NotImplementedError
@@ -56,3 +62,12 @@ def layer_dims(in_dim: int, num_classes: int, hidden: int, num_layers: int) -> l
     """(input, output) widths of each layer of a ``num_layers``-deep stack."""
     dims = [in_dim] + [hidden] * (num_layers - 1) + [num_classes]
     return list(zip(dims[:-1], dims[1:]))
+
+
+@contextlib.contextmanager
+def quiet_sparse_warnings():
+    """Hides torch's notices that sparse CSR is in beta and that invariant checks are off."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+        warnings.filterwarnings("ignore", message="Sparse invariant checks", category=UserWarning)
+        yield

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-from fgl_ray.models.base import MODELS, GraphModel, layer_dims
+from fgl_ray.models.base import MODELS, GraphModel, layer_dims, quiet_sparse_warnings
 
 
 class NormalisedAdjacency:
@@ -27,7 +27,9 @@ class NormalisedAdjacency:
         key = (edge_index.data_ptr(), edge_index.shape[1], num_nodes)
         if key != self._key:
             index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
-            self._matrix = torch.sparse_coo_tensor(index.flip(0), weight, (num_nodes, num_nodes)).coalesce().to_sparse_csr()
+            with quiet_sparse_warnings():
+                matrix = torch.sparse_coo_tensor(index.flip(0), weight, (num_nodes, num_nodes))
+                self._matrix = matrix.coalesce().to_sparse_csr()
             self._key = key
         return self._matrix
 

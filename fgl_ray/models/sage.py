@@ -13,6 +13,8 @@ from fgl_ray.models.base import MODELS, GraphModel, layer_dims
 class GraphSAGE(GraphModel):
     """SAGEConv(mean) -> ReLU -> dropout per hidden layer, then a SAGEConv classifier."""
 
+    accepts_sparse_features = False  # SAGEConv gathers raw neighbour features first
+
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
                  dropout: float = 0.5) -> None:
         super().__init__()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -12,6 +13,7 @@ from fgl_ray.data.types import ClientGraph
 from fgl_ray.messages import Broadcast, ClientEvaluation, ClientUpdate
 from fgl_ray.metrics import confusion_matrix
 from fgl_ray.models import build_model
+from fgl_ray.models.base import quiet_sparse_warnings
 from fgl_ray.params import buffer_vector, trainable_vector
 from fgl_ray.runtime.seeding import derive_seed
 
@@ -36,6 +38,23 @@ def build_optimizer(config: ExperimentConfig, model: torch.nn.Module) -> torch.o
     return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
 
 
+SPARSE_DENSITY = 0.1
+
+
+def client_features(config: ExperimentConfig, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a sparse CSR matrix when the config and model allow and it pays off.
+
+    Multi-hot features (Twitch, WikiNet) are under 1% dense; a sparse first layer is several
+    times faster and gives the same result.
+    """
+    if config.sparse_features == "off" or not model.accepts_sparse_features:
+        return x
+    if config.sparse_features == "auto" and float((x != 0).float().mean()) > SPARSE_DENSITY:
+        return x
+    with quiet_sparse_warnings():
+        return x.to_sparse_csr()
+
+
 class ClientRuntime:
     """Hosts one client wherever it lives (an actor or the driver process)."""
 
@@ -47,8 +66,10 @@ class ClientRuntime:
         device = torch.device(device)
         model = build_config_model(config, num_features, num_classes).to(device)
         self.algorithm = build_algorithm(config.algorithm, config.algorithm_options, config)
+        data = copy.copy(graph.data).to(device)  # shallow: never alter the caller's partition
+        data.x = client_features(config, model, data.x)
         self.ctx = ClientContext(
-            client_id=graph.client_id, data=graph.data.to(device), model=model,
+            client_id=graph.client_id, data=data, model=model,
             optimizer=build_optimizer(config, model), config=config, num_classes=num_classes, device=device,
         )
         self.algorithm.setup_client(self.ctx)
