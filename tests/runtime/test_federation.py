@@ -98,3 +98,31 @@ def test_an_interrupted_run_keeps_every_finished_round(tiny_config, tiny_data):
         run_experiment(config, tiny_data, progress=False, on_round=stop_after_third)
     frame = read_metrics(config.output_dir / "interrupted")
     assert sorted(frame["round"].unique()) == [0, 1, 2]
+
+
+def test_one_mean_round_equals_averaging_independently_trained_client_models(tiny_config, tiny_data):
+    from fgl_ray.runtime.client import ClientRuntime
+    from fgl_ray.params import trainable_vector
+
+    config = tiny_config(backend="local")
+    handle = open_backend(config, tiny_data)
+    opening = handle.server.broadcast(0)
+    models, counts = [], []
+    for graph in tiny_data.clients:  # a twin of each client, trained outside the federation
+        twin = ClientRuntime(graph, config, tiny_data.num_features, tiny_data.num_classes)
+        twin.train(opening)
+        models.append(trainable_vector(twin.ctx.model).double())
+        counts.append(float(graph.data.train_mask.sum()))
+    handle.run_round(0)
+    expected = sum(c * m for c, m in zip(counts, models)) / sum(counts)
+    torch.testing.assert_close(handle.global_weights().double(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_diagnostics_are_recorded_saved_and_plotted(tiny_config, tiny_data):
+    result = run_experiment(tiny_config(backend="local", diagnostics=True), tiny_data, progress=False)
+    frame = read_metrics(result.run_dir)
+    diagnosed = frame[frame.split == "diagnostics"]
+    assert set(diagnosed[diagnosed.client_id == "server"].metric) >= {
+        "overlap_mean_off_diagonal", "overlap_random_reference", "cosine_to_aggregate_mean"}
+    assert len(list((result.run_dir / "diagnostics").glob("round-*.npz"))) == 2
+    assert (result.run_dir / "diagnostics.png").stat().st_size > 0

@@ -1,0 +1,42 @@
+import pytest
+
+from fgl_ray import cli
+from fgl_ray.algorithms import ALGORITHMS
+
+
+def test_list_names_every_registry(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ALGORITHMS.names() + ["mean", "fedia", "gcn", "pmlp_gcn", "louvain", "twitch-S3"]:
+        assert name in out
+
+
+def test_bad_input_fails_before_any_ray_process(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_maybe_ray", lambda config: pytest.fail("Ray must not start on bad input"))
+    assert cli.main(["run", "--algorithm", "fedfoo"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown algorithm 'fedfoo'" in err and "fedavg" in err
+
+
+def test_run_compares_fedavg_and_local_by_default(tmp_path, capsys):
+    code = cli.main(["run", "--backend", "local", "--rounds", "2", "--no-progress", "--output-dir", str(tmp_path),
+                     "--synthetic", "{nodes_per_domain: 60, num_features: 8}", "--hidden", "8"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "fedavg+mean" in out and "local+mean" in out and "AVG" in out
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_preset_run_with_fedia_on_fedprox_parses(monkeypatch):
+    captured = {}
+    monkeypatch.setattr(cli, "_run", lambda args: captured.setdefault("values", cli._config_values(args)) and 0)
+    cli.main(["run", "--preset", "twitch-S3", "--algorithm", "fedprox", "--aggregator", "fedia",
+              "--aggregator-options", "{rho: 0.5, beta: 0.7}"])
+    assert captured["values"] == {"preset": "twitch-S3", "algorithm": "fedprox", "aggregator": "fedia",
+                                  "aggregator_options": {"rho": 0.5, "beta": 0.7}}
+
+
+def test_datasets_reports_offline_availability(shared_datasets, capsys):
+    assert cli.main(["datasets", "--data-dir", str(shared_datasets)]) == 0
+    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert lines["twitch"][2] == "yes" and lines["cora"][2] == "yes"
