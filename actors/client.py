@@ -42,5 +42,9 @@ class ClientActor:
         """Each hosted client's current model weights."""
         return {client_id: client.weights() for client_id, client in self.clients.items()}
 
+    def client_state(self, client_id: int, key: str):
+        """One entry of a hosted client's persistent algorithm state."""
+        return self.clients[client_id].ctx.state[key]
+
     def device(self) -> str:
         return str(assigned_device())

@@ -25,14 +25,18 @@ class ServerActor:
                 config, [graph_refs[c] for c in hosted], num_features, num_classes, plan.threads_per_actor)
             for hosted in plan.assignment
         ]
-        pool = RayClientPool(self.actors, plan.assignment)
-        self.server = ServerRuntime(config, pool, sorted(graph_refs), num_features, num_classes)
+        self.pool = RayClientPool(self.actors, plan.assignment)
+        self.server = ServerRuntime(config, self.pool, sorted(graph_refs), num_features, num_classes)
 
     def run_round(self, round_index: int) -> RoundResult:
         return self.server.run_round(round_index)
 
     def global_weights(self) -> torch.Tensor:
         return self.server.global_weights()
+
+    def client_state(self, client_id: int, key: str):
+        """One entry of a client's persistent state, read inside the actor that hosts it."""
+        return ray.get(self.pool.actor_of[client_id].client_state.remote(client_id, key))
 
     def client_weights(self) -> dict[int, torch.Tensor]:
         """Weights held inside every client actor right now."""

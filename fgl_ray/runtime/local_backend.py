@@ -60,5 +60,8 @@ class LocalBackend:
     def client_weights(self) -> dict[int, torch.Tensor]:
         return {cid: client.weights() for cid, client in self.pool.clients.items()}
 
+    def client_state(self, client_id: int, key: str):
+        return self.pool.clients[client_id].ctx.state[key]
+
     def close(self) -> None:
         """Nothing to release."""

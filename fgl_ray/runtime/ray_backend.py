@@ -99,6 +99,9 @@ class RayBackend:
     def client_weights(self) -> dict[int, torch.Tensor]:
         return ray.get(self.server.client_weights.remote())
 
+    def client_state(self, client_id: int, key: str):
+        return ray.get(self.server.client_state.remote(client_id, key))
+
     def close(self) -> None:
         """Kills the server actor; its client actors die with it."""
         ray.kill(self.server)

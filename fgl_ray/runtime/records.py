@@ -21,9 +21,9 @@ def diagnostic_rows(result: RoundResult, domain_of: Mapping[int, str], fraction:
         return []
     t = result.round
     rows = metric_rows(t, SERVER_ID, ALL_DOMAINS, "diagnostics", {
-        "overlap_mean_off_diagonal": mean_off_diagonal(torch.from_numpy(found["overlap"])),
+        "overlap_mean_off_diagonal": mean_off_diagonal(torch.tensor(found["overlap"])),
         "overlap_random_reference": random_overlap_reference(fraction),
-        "pairwise_cosine_mean_off_diagonal": mean_off_diagonal(torch.from_numpy(found["pairwise_cosine"])),
+        "pairwise_cosine_mean_off_diagonal": mean_off_diagonal(torch.tensor(found["pairwise_cosine"])),
         "cosine_to_aggregate_mean": float(found["cosine_to_aggregate"].mean()),
     })
     for client_id, cosine in zip(found["client_ids"].tolist(), found["cosine_to_aggregate"].tolist()):

@@ -126,3 +126,21 @@ def test_diagnostics_are_recorded_saved_and_plotted(tiny_config, tiny_data):
         "overlap_mean_off_diagonal", "overlap_random_reference", "cosine_to_aggregate_mean"}
     assert len(list((result.run_dir / "diagnostics").glob("round-*.npz"))) == 2
     assert (result.run_dir / "diagnostics.png").stat().st_size > 0
+
+
+def test_client_state_persists_across_rounds_where_the_client_lives(request, tiny_config, tiny_data):
+    request.getfixturevalue("ray_session")
+    final = {}
+    for backend in ("local", "ray"):
+        handle = open_backend(tiny_config(backend=backend, algorithm="feddyn"), tiny_data)
+        try:
+            seen = []
+            for round_index in range(2):
+                handle.run_round(round_index)
+                seen.append(handle.client_state(1, "feddyn_grad").clone())
+        finally:
+            handle.close()
+        assert seen[0].abs().sum() > 0, "FedDyn's correction must be non-zero after a round"
+        assert not torch.equal(seen[0], seen[1]), "round 1's state must build on round 0's"
+        final[backend] = seen[1]
+    torch.testing.assert_close(final["local"], final["ray"])
