@@ -21,7 +21,7 @@ class ServerActor:
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         self.actors = [
-            ClientActor.options(num_cpus=plan.cpus_per_actor, num_gpus=plan.gpus_per_actor).remote(
+            ClientActor.options(**plan.client_options()).remote(
                 config, [graph_refs[c] for c in hosted], num_features, num_classes, plan.threads_per_actor)
             for hosted in plan.assignment
         ]
@@ -37,6 +37,10 @@ class ServerActor:
     def client_state(self, client_id: int, key: str):
         """One entry of a client's persistent state, read inside the actor that hosts it."""
         return ray.get(self.pool.actor_of[client_id].client_state.remote(client_id, key))
+
+    def placements(self) -> list[dict]:
+        """Each client actor's ``placement()``: device, GPU ids, resources, CUDA visibility."""
+        return ray.get([actor.placement.remote() for actor in self.actors])
 
     def client_weights(self) -> dict[int, torch.Tensor]:
         """Weights held inside every client actor right now."""

@@ -1,4 +1,4 @@
-"""``fgl-ray run | datasets | list``: parse, validate, dispatch."""
+"""``fgl-ray run | tune | report | datasets | list``: parse, validate, dispatch."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     datasets.add_argument("--data-dir", type=Path, default=None, help="dataset root (default $FGL_DATA_DIR or cache)")
 
     commands.add_parser("list", help="algorithms, aggregators, models, partitioners")
+    _add_tune_commands(commands)
     return parser
 
 
@@ -109,9 +110,93 @@ def _list(_: argparse.Namespace) -> int:
     return 0
 
 
+def _add_tune_commands(commands) -> None:
+    tune = commands.add_parser("tune", help="run a sensitivity grid (YAML) with Ray Tune; one trial per federation")
+    tune.add_argument("grid", type=Path, help="grid file (see tune_configs/)")
+    tune.add_argument("--output", type=Path, default=None, help="grid folder (default: the file's output_dir)")
+    tune.add_argument("--resume", action="store_true", help="continue an interrupted grid; finished trials are kept")
+    tune.add_argument("--set", dest="set_values", action="append", default=[], metavar="FIELD=VALUE",
+                      help="override a base field for every point, e.g. --set rounds=2 (dotted paths allowed)")
+    tune.add_argument("--limit", type=int, default=None, help="keep the first N values of every axis")
+    tune.add_argument("--dry-run", action="store_true", help="validate and list the points, start nothing")
+    tune.add_argument("--verbose", type=int, default=1, help="Tune console verbosity 0-3 (default 1)")
+
+    report = commands.add_parser("report", help="redraw plots of a grid folder or a run folder from stored results")
+    report.add_argument("folder", type=Path, help="a grid folder (grid.json) or a run folder (metrics.parquet)")
+
+
+def _set_values(items: Sequence[str]) -> dict[str, Any]:
+    values = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--set expects FIELD=VALUE, got {item!r}")
+        values[name.strip()] = _parse_value(text)
+    return values
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from fgl_ray.tune.grid import load_grid
+
+    grid = load_grid(args.grid, set_values=_set_values(args.set_values), limit=args.limit, output_dir=args.output)
+    print(f"grid {grid.name}: {len(grid.trials)} points over {', '.join(grid.axis_paths)}"
+          f" + {len(grid.baselines)} baseline run(s) -> {grid.output_dir}", flush=True)
+    if args.dry_run:
+        for point in grid.points:
+            print(f"  {point.id:<12} {point.label}")
+        return 0
+    from fgl_ray.tune.report import format_trials
+    from fgl_ray.tune.runner import run_grid
+
+    outcome = run_grid(grid, resume=args.resume, verbose=args.verbose)
+    import pandas as pd
+
+    print(format_trials(pd.read_parquet(outcome.trials_table)))
+    for note in outcome.notes:
+        print(f"note: {note}")
+    print(f"wall time {outcome.wall_s:.1f} s; {len(outcome.executed)} trial(s) run here, at most "
+          f"{outcome.max_concurrent} at once ({outcome.cpus_per_trial:g} CPU per trial)")
+    print(f"tables: {outcome.trials_table}, {outcome.curves_table}")
+    for path in outcome.heatmaps:
+        print(f"heatmap: {path}")
+    print(f"tensorboard --logdir {outcome.folder}")
+    if outcome.errored or outcome.unfinished:
+        if outcome.errored:
+            print(f"fgl-ray: trials failed: {', '.join(outcome.errored)}", file=sys.stderr)
+        if outcome.unfinished:
+            print(f"fgl-ray: trials not finished (interrupted): {', '.join(outcome.unfinished)}", file=sys.stderr)
+        print(f"fgl-ray: continue with: fgl-ray tune {args.grid} --output {outcome.folder} --resume", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from fgl_ray.tune.report import is_grid_folder, redraw_grid, redraw_run
+
+    folder = args.folder
+    try:
+        if is_grid_folder(folder):
+            heatmaps, notes, table = redraw_grid(folder)
+            print(table)
+            for note in notes:
+                print(f"note: {note}")
+            for path in heatmaps:
+                print(f"heatmap: {path}")
+            return 0
+        from fgl_ray.results import comparison_table
+
+        curves, summary = redraw_run(folder)
+        print(comparison_table({folder.name: summary}))
+        print(f"learning curves: {curves}")
+        return 0
+    except FileNotFoundError as error:
+        print(f"fgl-ray: {folder} is neither a grid folder nor a run folder: {error}", file=sys.stderr)
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"run": _run, "datasets": _datasets, "list": _list}
+    handlers = {"run": _run, "datasets": _datasets, "list": _list, "tune": _tune, "report": _report}
     try:
         return handlers[args.command](args)
     except ConfigError as error:

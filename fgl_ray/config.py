@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -42,6 +42,9 @@ class ExperimentConfig(BaseModel):
     feature_dim: int = Field(128, description="truncated-SVD dimension when domain feature spaces differ")
     data_seed: int = Field(0, description="seed for generation, partition and splits")
     synthetic: dict[str, Any] = Field(default_factory=dict, description="options of the synthetic generator")
+    imbalance_ratio: int = Field(20, description="max/min training class count of the long-tailed variants (cora-lt, ...)")
+    class_group_cuts: tuple[float, float] = Field(
+        (1 / 3, 2 / 3), description="head/medium/tail cut points over frequency-sorted classes (fractions of C)")
 
     sparse_features: Literal["auto", "on", "off"] = Field(
         "auto", description="keep node features as sparse CSR inside clients (auto: density <= 10% and the model allows)")
@@ -79,6 +82,10 @@ class ExperimentConfig(BaseModel):
     backend: Literal["ray", "local"] = Field("ray", description="ray actors or in-process")
     clients_per_actor: Optional[int] = Field(None, description="virtual clients per actor; default spreads over CPUs")
     torch_threads: Optional[int] = Field(None, description="torch intra-op threads per worker; default follows CPUs")
+    gpus_per_client: Union[Literal["auto"], float] = Field(
+        "auto", description="GPU share (Ray num_gpus) of each client actor, which its clients_per_actor virtual "
+                            "clients share: auto = min(1, GPUs / client actors) when the cluster has GPUs, none "
+                            "otherwise; or a fixed fraction in (0, 1]; 0 = CPU only")
     failures: dict[int, list[int]] = Field(default_factory=dict, description="simulated faults: round -> client ids that raise")
 
     # --- output
@@ -99,6 +106,20 @@ class ExperimentConfig(BaseModel):
     def _at_least_one(cls, value: int, info) -> int:
         if value < 1:
             raise ValueError(f"{info.field_name} must be >= 1, got {value}")
+        return value
+
+    @field_validator("imbalance_ratio")
+    @classmethod
+    def _imbalance_ratio(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"imbalance_ratio must be >= 1 (1 keeps the classes' sizes equal), got {value}")
+        return value
+
+    @field_validator("class_group_cuts")
+    @classmethod
+    def _class_group_cuts(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not 0.0 <= value[0] <= value[1] <= 1.0:
+            raise ValueError(f"class_group_cuts must satisfy 0 <= head cut <= tail cut <= 1, got {value}")
         return value
 
     @field_validator("fraction_fit", "diagnostics_fraction")
@@ -128,6 +149,21 @@ class ExperimentConfig(BaseModel):
         if value is not None and value < 1:
             raise ValueError(f"{info.field_name} must be >= 1 or unset, got {value}")
         return value
+
+    @field_validator("gpus_per_client", mode="before")
+    @classmethod
+    def _gpu_share(cls, value: Any) -> Any:
+        fix = "use auto (a share of the cluster's GPUs when it has some), 0 (CPU only) or a fraction in (0, 1]"
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"gpus_per_client must be 'auto' or a number, got {value!r}; {fix}")
+        if not 0.0 <= float(value) <= 1.0:
+            raise ValueError(f"gpus_per_client must be in [0, 1], got {value}; {fix} "
+                             "(one client actor uses at most one GPU)")
+        if 0.0 < float(value) < 1e-4:
+            raise ValueError(f"gpus_per_client {value} is below Ray's resource granularity 0.0001; {fix}")
+        return float(value)
 
     @field_validator("split")
     @classmethod

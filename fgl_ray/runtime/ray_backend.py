@@ -8,8 +8,9 @@ raises, dies or times out becomes a :class:`ClientFailure` instead of stopping t
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import ray
 import torch
@@ -18,10 +19,48 @@ from fgl_ray.config import ExperimentConfig
 from fgl_ray.data.types import FederatedGraphData
 from fgl_ray.messages import Broadcast, ClientFailure
 from fgl_ray.runtime.local_backend import describe_error
-from fgl_ray.runtime.resources import plan_resources
+from fgl_ray.runtime.resources import ResourcePlan, plan_resources
 from fgl_ray.runtime.server import RoundResult
 
 LOCAL_RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+#: (plan, server bundle index) fixed by :func:`use_plan` for the backends created inside it.
+_FIXED_PLAN: contextvars.ContextVar[tuple[Optional[ResourcePlan], Optional[int]]] = contextvars.ContextVar(
+    "fgl_ray_fixed_plan", default=(None, None))
+
+
+@contextlib.contextmanager
+def use_plan(plan: ResourcePlan, server_bundle: int | None = None) -> Iterator[None]:
+    """Ray backends created inside this block use ``plan`` instead of planning from the cluster.
+
+    A Tune trial sizes its placement group from ``plan``. With ``server_bundle``, the server
+    actor is scheduled into that bundle of the caller's placement group and the client actors it
+    starts are captured by the same group (they fill the bundles sized for them).
+    """
+    token = _FIXED_PLAN.set((plan, server_bundle))
+    try:
+        yield
+    finally:
+        _FIXED_PLAN.reset(token)
+
+
+def _bundle_options(server_bundle: int | None) -> dict:
+    if server_bundle is None:
+        return {}
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = ray.util.get_current_placement_group()
+    if group is None:
+        raise RuntimeError("a server bundle was given, but the caller runs outside any placement group")
+    return {"scheduling_strategy": PlacementGroupSchedulingStrategy(
+        group, placement_group_bundle_index=server_bundle, placement_group_capture_child_tasks=True)}
+
+
+def _check_plan(plan: ResourcePlan, client_ids: Sequence[int]) -> ResourcePlan:
+    hosted = sorted(c for group in plan.assignment for c in group)
+    if hosted != sorted(client_ids):
+        raise ValueError(f"the resource plan hosts clients {hosted}, but the data has clients {sorted(client_ids)}")
+    return plan
 
 
 @contextlib.contextmanager
@@ -79,15 +118,27 @@ class RayClientPool:
 class RayBackend:
     """Driver-side handle: puts each client's partition once and starts the server actor."""
 
-    def __init__(self, config: ExperimentConfig, data: FederatedGraphData) -> None:
+    def __init__(self, config: ExperimentConfig, data: FederatedGraphData,
+                 resources: Union[ResourcePlan, Mapping[str, float], None] = None,
+                 server_bundle: int | None = None) -> None:
+        """Args: ``resources``: a fixed plan, or the resources to plan from (default: those of
+        :func:`use_plan`, else the whole cluster); ``server_bundle``: see :func:`use_plan`."""
         from actors.server import ServerActor
 
         if not ray.is_initialized():
             raise RuntimeError("the Ray backend needs a running Ray session; wrap the run in ray_session()")
         self.graph_refs = {graph.client_id: ray.put(graph) for graph in data.clients}
         sizes = {graph.client_id: int(graph.data.num_nodes) for graph in data.clients}
-        self.plan = plan_resources(config, sizes, ray.cluster_resources())
-        self.server = ServerActor.options(num_cpus=self.plan.server_cpus).remote(
+        if resources is None:
+            resources, server_bundle = _FIXED_PLAN.get()
+        if isinstance(resources, ResourcePlan):
+            self.plan = _check_plan(resources, list(sizes))
+        elif resources is not None:
+            self.plan = plan_resources(config, sizes, resources)
+        else:
+            nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+            self.plan = plan_resources(config, sizes, ray.cluster_resources(), nodes)
+        self.server = ServerActor.options(**self.plan.server_options(), **_bundle_options(server_bundle)).remote(
             config, self.graph_refs, data.num_features, data.num_classes, self.plan)
 
     def run_round(self, round_index: int) -> RoundResult:

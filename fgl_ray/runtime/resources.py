@@ -2,18 +2,28 @@
 
 Pure functions of the config, the client sizes and the cluster's resources, so they are
 tested without Ray (and reused by Tune to size placement groups).
+
+GPUs: a client actor asks for ``num_gpus`` only when the cluster has GPUs (a request Ray cannot
+meet waits forever). Every virtual client an actor hosts trains inside that actor, so they share
+its GPU share one after another. On a cluster with GPUs, actors that get none are started with
+``CUDA_VISIBLE_DEVICES=""``: Ray 2.60 no longer blanks that variable for ``num_gpus=0`` workers
+unless ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1`` (ray/_private/accelerators/accelerator.py;
+ray-project/ray#54928, default flipped by #62492), so they would see every GPU of their node.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 from fgl_ray.config import ExperimentConfig
 
 #: The server actor mostly waits on clients; it still reserves a sliver so it fits a bundle.
 SERVER_CPUS = 0.01
+
+#: Environment that hides the node's GPUs from an actor that was given none.
+HIDE_GPUS_ENV = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 @dataclass(frozen=True)
@@ -25,14 +35,33 @@ class ResourcePlan:
     threads_per_actor: int
     assignment: tuple[tuple[int, ...], ...]
     server_cpus: float = SERVER_CPUS
+    #: GPUs the cluster offered when planning; > 0 means actors without a share must hide them.
+    cluster_gpus: float = 0.0
 
     @property
     def num_actors(self) -> int:
         return len(self.assignment)
 
+    def _hidden_gpus(self, gpus: float) -> dict[str, Any]:
+        return {"runtime_env": {"env_vars": dict(HIDE_GPUS_ENV)}} if self.cluster_gpus > 0 and gpus == 0 else {}
+
+    def client_options(self) -> dict[str, Any]:
+        """``ClientActor.options(**...)``: CPU and GPU shares; GPUs hidden when it gets none."""
+        return {"num_cpus": self.cpus_per_actor, "num_gpus": self.gpus_per_actor,
+                **self._hidden_gpus(self.gpus_per_actor)}
+
+    def server_options(self) -> dict[str, Any]:
+        """``ServerActor.options(**...)``: a sliver of CPU.
+
+        Its GPUs are not hidden: the client actors it starts inherit its runtime_env, and a
+        ``CUDA_VISIBLE_DEVICES=""`` there would blind GPU clients too (the server never
+        initialises CUDA, so seeing the GPUs costs it nothing).
+        """
+        return {"num_cpus": self.server_cpus}
+
 
 def _floor(value: float, step: float = 1e-4) -> float:
-    return math.floor(value / step) * step
+    return round(math.floor(value / step) * step, 10)
 
 
 def balance(sizes: Mapping[int, int], num_actors: int) -> tuple[tuple[int, ...], ...]:
@@ -52,24 +81,107 @@ def balance(sizes: Mapping[int, int], num_actors: int) -> tuple[tuple[int, ...],
     return tuple(tuple(sorted(h)) for h in hosted if h)
 
 
-def plan_resources(config: ExperimentConfig, sizes: Mapping[int, int], cluster: Mapping[str, float]) -> ResourcePlan:
+def _spread(num_actors: int, hosts: Sequence[tuple[float, float]], fixed_gpus: float | None,
+            share_gpus: bool) -> list[int] | None:
+    """Actors per host, greedily maximising the smallest per-actor share (None: they do not fit).
+
+    ``hosts`` are (CPUs, GPUs) of the nodes that may hold client actors. A fixed GPU share caps
+    each host at ``floor(GPUs / share)`` actors; an auto share balances CPUs and GPUs together,
+    each relative to its cluster total, so no node is asked for more than it has.
+    """
+    total_cpus = sum(c for c, _ in hosts) or 1.0
+    total_gpus = sum(g for _, g in hosts) or 1.0
+    caps = [math.floor(g / fixed_gpus + 1e-9) if fixed_gpus else num_actors for _, g in hosts]
+    counts = [0] * len(hosts)
+
+    def room(k: int) -> float:
+        cpus, gpus = hosts[k]
+        share = cpus / total_cpus
+        if share_gpus:
+            share = min(share, gpus / total_gpus)
+        return share / (counts[k] + 1)
+
+    for _ in range(num_actors):
+        open_hosts = [k for k in range(len(hosts)) if counts[k] < caps[k]]
+        if not open_hosts:
+            return None
+        best = max(open_hosts, key=lambda k: (room(k), -k))
+        counts[best] += 1
+    return counts
+
+
+def _describe(cpus: float, gpus: float) -> str:
+    return f"{cpus:g} CPUs and {gpus:g} GPUs"
+
+
+def plan_resources(config: ExperimentConfig, sizes: Mapping[int, int], cluster: Mapping[str, float],
+                   nodes: Sequence[Mapping[str, float]] | None = None) -> ResourcePlan:
     """Plans client actors for a cluster with ``cluster`` resources (``ray.cluster_resources()``).
 
     Args:
-        config: supplies ``clients_per_actor`` and ``torch_threads``.
+        config: supplies ``clients_per_actor``, ``torch_threads`` and ``gpus_per_client``.
         sizes: client id -> work size (nodes) used to balance actors.
         cluster: at least ``CPU``; ``GPU`` when the cluster has GPUs.
+        nodes: optional per-node resources (alive nodes of ``ray.nodes()``). With them the
+            shares are chosen so that every actor fits on some node (GPU actors only on GPU
+            nodes); without them the cluster is treated as one node.
+
+    Raises:
+        ValueError: no CPU; ``gpus_per_client`` > 0 on a cluster without GPUs; a fixed GPU share
+            that the cluster's GPUs cannot hold for ``clients_per_actor``'s number of actors.
     """
     cpus = float(cluster.get("CPU", 0.0))
     if cpus < 1:
         raise ValueError(f"the Ray cluster offers {cpus} CPUs; fgl-ray needs at least one")
+    gpus = float(cluster.get("GPU", 0.0))
+    setting = config.gpus_per_client
+    fixed = None if setting == "auto" else float(setting)
+    use_gpus = gpus > 0 if fixed is None else fixed > 0
+    if use_gpus and gpus <= 0:
+        raise ValueError(
+            f"gpus_per_client={fixed:g} asks Ray for a GPU share per client actor, but the Ray cluster has "
+            f"{_describe(cpus, gpus)}: the actors would wait forever. Set gpus_per_client to auto or 0 to "
+            "train on CPUs, or start Ray on GPU nodes (ray start --num-gpus=N, or cluster.yaml's GPU workers)")
+
+    per_node = [dict(node) for node in nodes] if nodes else [dict(cluster)]
+    eligible = [(float(n.get("CPU", 0.0)), float(n.get("GPU", 0.0))) for n in per_node]
+    eligible = [(c, g) for c, g in eligible if c > SERVER_CPUS and (g > 0 or not use_gpus)]
+    host_cpus = sum(c for c, _ in eligible)
+    # The server actor may land on any node, so every node keeps its sliver free.
+    hosts = [(c - SERVER_CPUS, g) for c, g in eligible]
+    if not hosts or host_cpus < 1:
+        where = "its GPU nodes" if use_gpus else "its nodes"
+        fix = "; set gpus_per_client to 0 to train on CPU nodes, or give the GPU nodes CPUs" if use_gpus else ""
+        raise ValueError(f"the Ray cluster ({_describe(cpus, gpus)}) offers {host_cpus:g} CPUs on {where} "
+                         f"for client actors; fgl-ray needs at least one{fix}")
+
+    gpu_room = sum(math.floor(g / fixed + 1e-9) for _, g in hosts) if use_gpus and fixed else None
     if config.clients_per_actor:
         num_actors = math.ceil(len(sizes) / config.clients_per_actor)
+        if gpu_room is not None and num_actors > gpu_room:
+            raise ValueError(
+                f"gpus_per_client={fixed:g} for each of {num_actors} client actors (clients_per_actor="
+                f"{config.clients_per_actor}) needs {num_actors * fixed:g} GPUs, but the cluster's GPU nodes "
+                f"hold only {gpu_room} such actors; lower gpus_per_client (auto shares the GPUs), raise "
+                "clients_per_actor to start fewer actors, or add GPUs")
     else:
-        num_actors = min(len(sizes), math.floor(cpus))
+        num_actors = min(len(sizes), math.floor(host_cpus))
+        if gpu_room is not None:
+            if gpu_room < 1:
+                raise ValueError(
+                    f"gpus_per_client={fixed:g} does not fit on any GPU node of the cluster "
+                    f"({_describe(cpus, gpus)}); lower gpus_per_client or use auto")
+            num_actors = min(num_actors, gpu_room)
     assignment = balance(sizes, num_actors)
-    cpus_per_actor = _floor((cpus - SERVER_CPUS) / len(assignment))
-    gpus = float(cluster.get("GPU", 0.0))
-    gpus_per_actor = min(1.0, _floor(gpus / len(assignment))) if gpus > 0 else 0.0
+    counts = _spread(len(assignment), hosts, fixed if use_gpus else None, use_gpus and fixed is None)
+    assert counts is not None  # the actor count was bounded by the GPU room above
+    used = [(host, n) for host, n in zip(hosts, counts) if n]
+    cpus_per_actor = _floor(min(c / n for (c, _), n in used))
+    if not use_gpus:
+        gpus_per_actor = 0.0
+    elif fixed is not None:
+        gpus_per_actor = fixed
+    else:
+        gpus_per_actor = min(1.0, _floor(min(g / n for (_, g), n in used)))
     threads = config.torch_threads or max(1, round(cpus_per_actor))
-    return ResourcePlan(cpus_per_actor, gpus_per_actor, threads, assignment)
+    return ResourcePlan(cpus_per_actor, gpus_per_actor, threads, assignment, cluster_gpus=gpus)
