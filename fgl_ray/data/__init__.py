@@ -9,6 +9,7 @@ from torch_geometric.datasets import TUDataset
 
 from fgl_ray.data.datasets import DATASETS, SYNTHETIC, available_offline
 from fgl_ray.data.features import align_features
+from fgl_ray.data.longtail import apply_imbalance, global_class_counts  # also registers the LT datasets
 from fgl_ray.data.partition import PARTITIONERS, PRESETS, PartitionParams, build_clients, union_graph
 from fgl_ray.data.storage import resolve_cache_dir
 from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains
@@ -36,7 +37,9 @@ def build_federated_data(config: ExperimentConfig) -> FederatedGraphData:
 
     Reads only ``dataset``, ``resolved_data_dir()``, ``partition``, ``num_clients``,
     ``clients_per_domain``, ``domain_ratios``, ``dirichlet_alpha``, ``resolved_split()``,
-    ``feature_dim``, ``data_seed`` and ``synthetic`` from ``config``.
+    ``feature_dim``, ``data_seed``, ``synthetic`` and ``imbalance_ratio`` (long-tailed variants,
+    :mod:`fgl_ray.data.longtail`) from ``config``. ``meta["class_counts"]`` holds the global
+    training nodes per class.
 
     Args:
         config: an ``ExperimentConfig``.
@@ -61,11 +64,13 @@ def build_federated_data(config: ExperimentConfig) -> FederatedGraphData:
     assignments = PARTITIONERS.get(partitioner)(graph, params)
     split = tuple(config.resolved_split())
     clients = build_clients(graph, assignments, [domain.name for domain in domains], split, config.data_seed)
+    num_classes = int(graph.y.max()) + 1
+    clients = apply_imbalance(config.dataset, clients, num_classes, config.imbalance_ratio, config.data_seed)
     return FederatedGraphData(
         clients=clients,
         domains=[domain.name for domain in domains],
         num_features=graph.num_features,
-        num_classes=int(graph.y.max()) + 1,
+        num_classes=num_classes,
         meta={
             "dataset": config.dataset,
             "partitioner": partitioner,
@@ -73,6 +78,7 @@ def build_federated_data(config: ExperimentConfig) -> FederatedGraphData:
             "domain_nodes": {domain.name: domain.data.num_nodes for domain in loaded},
             "raw_feature_dims": {domain.name: domain.data.num_features for domain in loaded},
             "features_aligned": any(a.data is not b.data for a, b in zip(domains, loaded)),
+            "class_counts": global_class_counts(clients, num_classes).tolist(),
         },
     )
 

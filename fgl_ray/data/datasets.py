@@ -108,11 +108,13 @@ def _load_heterophilous(name: str, root: Path, cache_dir: Path) -> list[DomainGr
 
 def _load_email(root: Path, cache_dir: Path) -> list[DomainGraph]:
     """EmailEUCore has no node features; nodes get structural ones: log(1 + local degree
-    profile) (5) and random-walk return probabilities (16), both transferable across clients."""
+    profile) (5) and random-walk return probabilities (16), both transferable across clients,
+    each standardised over the graph's nodes."""
     data = EmailEUCore(str(writable_root(root, ["EmailEUCore"], cache_dir) / "EmailEUCore"))[0]
     graph = clean_graph(torch.empty(data.num_nodes, 0), data.edge_index, data.y)
     graph.x = torch.log1p(LocalDegreeProfile()(graph.clone()).x)
     graph = AddRandomWalkPE(RANDOM_WALK_STEPS, attr_name=None)(graph)
+    graph.x = (graph.x - graph.x.mean(dim=0)) / graph.x.std(dim=0).clamp_min(1e-6)  # unscaled, a GCN stalls
     return [DomainGraph("email-eu-core", graph)]
 
 

@@ -1,7 +1,8 @@
 """Run outputs: the long-format metrics table, manifest, summary, plots and text tables."""
 
 from fgl_ray.results.manifest import git_revision, package_versions, write_manifest
-from fgl_ray.results.plots import plot_learning_curves, plot_update_diagnostics
+from fgl_ray.results.plots import (per_class_accuracy, plot_class_accuracy, plot_learning_curves,
+                                  plot_update_diagnostics)
 from fgl_ray.results.summary import round_tables, server_rows, summarize, write_summary
 from fgl_ray.results.table import comparison_table
 from fgl_ray.results.writer import (
@@ -24,6 +25,8 @@ __all__ = [
     "git_revision",
     "metric_rows",
     "package_versions",
+    "per_class_accuracy",
+    "plot_class_accuracy",
     "plot_learning_curves",
     "plot_update_diagnostics",
     "read_metrics",

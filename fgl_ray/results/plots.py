@@ -98,3 +98,77 @@ def plot_update_diagnostics(
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     return out
+
+
+def per_class_accuracy(cm: np.ndarray) -> np.ndarray:
+    """Recall of every class from a ``[C, C]`` confusion matrix (rows = true class); NaN where a
+    class has no true sample."""
+    cm = np.asarray(cm, dtype=np.float64)
+    support = cm.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(support > 0, np.diag(cm) / np.where(support > 0, support, 1.0), np.nan)
+
+
+def plot_class_accuracy(
+    accuracies: "dict[str, np.ndarray]",
+    class_counts: np.ndarray,
+    path: str | os.PathLike[str],
+    bins: int = 10,
+    cuts: tuple[float, float] = (1 / 3, 2 / 3),
+    title: str | None = None,
+) -> Path:
+    """FedEPD Figure 4 style: per-class test accuracy over classes sorted by training frequency.
+
+    Classes are sorted by decreasing ``class_counts`` (ties: lower index first); with more than
+    ``bins`` classes they are split into ``bins`` consecutive groups of near-equal size and each
+    group shows its mean accuracy (over classes with test samples) and its mean training count.
+    Gray bars (right axis) are training counts; shaded spans mark the head, medium and tail
+    classes cut at ``cuts`` (fractions of the classes, as :func:`fgl_ray.metrics.head_medium_tail`).
+
+    Args:
+        accuracies: method label -> per-class accuracy ``[C]`` (NaN for classes without samples),
+            e.g. :func:`per_class_accuracy` of a pooled test confusion matrix.
+        class_counts: global training nodes per class ``[C]``.
+        path: the PNG to write.
+        bins: the most points drawn along the x axis.
+        cuts: head/medium and medium/tail cut fractions.
+        title: the figure title.
+
+    Returns:
+        The PNG path.
+    """
+    counts = np.asarray(class_counts, dtype=np.float64)
+    order = np.argsort(-counts, kind="stable")
+    groups = np.array_split(np.arange(order.size), min(bins, order.size))
+    x = np.arange(len(groups))
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    bars = ax.twinx()
+    bars.bar(x, [counts[order[g]].mean() for g in groups], color="0.85", width=0.8, zorder=0)
+    bars.set_ylabel("training nodes per class")
+    ax.set_zorder(bars.get_zorder() + 1)
+    ax.patch.set_visible(False)
+    bounds = [0, round(cuts[0] * order.size), round(cuts[1] * order.size), order.size]
+    for (start, stop), colour in zip(zip(bounds[:-1], bounds[1:]), ("tab:blue", "tab:orange", "tab:red")):
+        inside = [i for i, g in enumerate(groups) if start <= g[0] < stop]
+        if inside:
+            ax.axvspan(min(inside) - 0.5, max(inside) + 0.5, color=colour, alpha=0.07)
+    for label, accuracy in accuracies.items():
+        values = np.asarray(accuracy, dtype=np.float64)[order]
+        with np.errstate(invalid="ignore"):
+            means = [np.nanmean(values[g]) if np.isfinite(values[g]).any() else np.nan for g in groups]
+        ax.plot(x, means, marker="o", linewidth=1.6, label=label)
+    ax.set_xticks(x, [f"{g[0] + 1}" if g.size == 1 else f"{g[0] + 1}-{g[-1] + 1}" for g in groups],
+                  fontsize=8, rotation=45 if len(groups) > 8 else 0)
+    ax.set_xlabel("classes by training frequency (rank; head → tail)")
+    ax.set_ylabel("test accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    if accuracies:
+        ax.legend(loc="upper right", fontsize="small")
+    ax.set_title(title or "per-class test accuracy, classes sorted by training frequency")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=120)
+    return out

@@ -13,9 +13,11 @@ from tqdm.auto import tqdm
 
 from fgl_ray.config import ExperimentConfig
 from fgl_ray.data import build_federated_data
+from fgl_ray.data.longtail import training_class_counts
 from fgl_ray.data.types import FederatedGraphData
-from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, plot_learning_curves,
-                             plot_update_diagnostics, read_metrics, summarize,
+from fgl_ray.metrics import class_frequency_order
+from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_accuracy, plot_class_accuracy,
+                             plot_learning_curves, plot_update_diagnostics, read_metrics, summarize,
                              write_manifest, write_summary)
 from fgl_ray.runtime.records import round_rows
 from fgl_ray.runtime.server import RoundResult
@@ -54,7 +56,8 @@ def _pooled_val_accuracy(rows: list[dict]) -> float | None:
 
 
 def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = None, progress: bool = True,
-                   on_round: Callable[[RoundResult, list[dict]], None] | None = None) -> RunResult:
+                   on_round: Callable[[RoundResult, list[dict]], None] | None = None,
+                   class_plot: bool | None = None) -> RunResult:
     """Runs one federation end to end and writes its results folder.
 
     Args:
@@ -62,6 +65,8 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
         data: pre-built client partitions (built from the config when omitted).
         progress: show a progress bar with ETA over rounds.
         on_round: called after each round with its result and rows (Tune reports here).
+        class_plot: write ``class_accuracy.png``/``.json`` (per-class test accuracy of the last
+            evaluation over frequency-sorted classes); default: when the dataset has >= 3 classes.
 
     Returns:
         The run id, its folder and its summary.
@@ -75,13 +80,18 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
                           "client_domains": {g.client_id: g.domain for g in data.clients}})
     writer = MetricsWriter(run_dir, run_id)
     domain_of = {graph.client_id: graph.domain for graph in data.clients}
+    class_counts = training_class_counts(data)
+    class_order = class_frequency_order(class_counts)
+    last_test: np.ndarray | None = None
     backend = open_backend(config, data)
     bar = tqdm(range(config.rounds), desc=run_id, unit="round", disable=not progress, leave=True)
     try:
         with (run_dir / "failures.jsonl").open("a") as failure_log:
             for round_index in bar:
                 result = backend.run_round(round_index)
-                rows = round_rows(result, domain_of, config.diagnostics_fraction)
+                rows = round_rows(result, domain_of, config.diagnostics_fraction, class_order, config.class_group_cuts)
+                if result.evaluations:
+                    last_test = sum(e.confusion["test"] for e in result.evaluations)
                 writer.write(rows)
                 if result.diagnostics:
                     save_diagnostics(run_dir, result)
@@ -101,9 +111,24 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     summary = summarize(metrics, last_k=config.last_k)
     write_summary(run_dir, summary)
     plot_learning_curves(metrics, run_dir / "learning_curves.png")
+    if last_test is not None and (data.num_classes >= 3 if class_plot is None else class_plot):
+        save_class_accuracy(run_dir, config, last_test, class_counts)
     if config.diagnostics:
         plot_saved_diagnostics(run_dir, metrics, domain_of)
     return RunResult(run_id, run_dir, summary)
+
+
+def save_class_accuracy(run_dir: Path, config: ExperimentConfig, confusion: np.ndarray,
+                        class_counts: np.ndarray) -> Path:
+    """Per-class test accuracy of the last evaluation: ``class_accuracy.json`` and ``.png``."""
+    accuracy = per_class_accuracy(confusion)
+    (run_dir / "class_accuracy.json").write_text(json.dumps({
+        "class_counts": np.asarray(class_counts).tolist(),
+        "accuracy": [None if np.isnan(a) else float(a) for a in accuracy],
+        "test_confusion": np.asarray(confusion).tolist(),
+    }))
+    return plot_class_accuracy({config.algorithm: accuracy}, class_counts, run_dir / "class_accuracy.png",
+                               cuts=config.class_group_cuts)
 
 
 def save_diagnostics(run_dir: Path, result: RoundResult) -> Path:

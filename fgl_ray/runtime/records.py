@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import torch
 
 from fgl_ray.diagnostics import mean_off_diagonal, random_overlap_reference
-from fgl_ray.metrics import group_confusions, scores_from_confusion
+from fgl_ray.metrics import group_confusions, head_medium_tail, scores_from_confusion
 from fgl_ray.results import ALL_DOMAINS, SERVER_ID, metric_rows
 from fgl_ray.runtime.server import RoundResult
 
@@ -31,8 +31,16 @@ def diagnostic_rows(result: RoundResult, domain_of: Mapping[int, str], fraction:
     return rows
 
 
-def round_rows(result: RoundResult, domain_of: Mapping[int, str], fraction: float = 0.05) -> list[dict]:
-    """Per-client, per-domain (pooled) and overall (pooled) scores, train metrics, failures, timings."""
+def round_rows(result: RoundResult, domain_of: Mapping[int, str], fraction: float = 0.05,
+               class_order: Sequence[int] | None = None,
+               class_group_cuts: tuple[float, float] = (1 / 3, 2 / 3)) -> list[dict]:
+    """Per-client, per-domain (pooled) and overall (pooled) scores, train metrics, failures, timings.
+
+    With ``class_order`` (classes by decreasing GLOBAL training frequency), the overall rows also
+    carry ``head_accuracy``, ``medium_accuracy`` and ``tail_accuracy``
+    (:func:`~fgl_ray.metrics.head_medium_tail` at ``class_group_cuts``; a group without test or
+    validation samples, e.g. the medium group of two classes, is left out).
+    """
     t = result.round
     rows: list[dict] = []
     for client_id, metrics in sorted(result.updates.items()):
@@ -46,7 +54,11 @@ def round_rows(result: RoundResult, domain_of: Mapping[int, str], fraction: floa
         for domain, cm in group_confusions(per_client, domain_of).items():
             rows += metric_rows(t, SERVER_ID, domain, split, scores_from_confusion(cm))
         pooled = group_confusions(per_client, {cid: ALL_DOMAINS for cid in per_client})[ALL_DOMAINS]
-        rows += metric_rows(t, SERVER_ID, ALL_DOMAINS, split, scores_from_confusion(pooled))
+        scores = scores_from_confusion(pooled)
+        if class_order is not None:
+            groups = head_medium_tail(pooled, class_order, class_group_cuts)
+            scores |= {f"{name}_accuracy": value for name, value in groups.items() if value == value}  # no NaN
+        rows += metric_rows(t, SERVER_ID, ALL_DOMAINS, split, scores)
     for failure in result.failures:
         rows += metric_rows(t, failure.client_id, domain_of[failure.client_id], failure.phase, {"failed": 1.0})
     rows += diagnostic_rows(result, domain_of, fraction)

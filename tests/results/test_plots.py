@@ -34,3 +34,16 @@ def test_learning_curves_without_validation(tmp_path: Path) -> None:
     df = _df()
     path = plot_learning_curves(df[df["split"] == "test"], tmp_path / "c.png", title="t")
     assert path.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_per_class_accuracy_and_its_plot(tmp_path: Path) -> None:
+    from fgl_ray.results.plots import per_class_accuracy, plot_class_accuracy
+
+    cm = np.array([[3, 1, 0], [0, 0, 0], [2, 2, 4]])
+    accuracy = per_class_accuracy(cm)
+    assert accuracy[0] == 3 / 4 and np.isnan(accuracy[1]) and accuracy[2] == 4 / 8
+    counts = np.arange(25, 0, -1)
+    many = np.linspace(1, 0, 25)
+    path = plot_class_accuracy({"a": many, "b": many / 2}, counts, tmp_path / "class.png", bins=10)
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    assert plot_class_accuracy({"m": accuracy}, [5, 1, 9], tmp_path / "three.png").read_bytes().startswith(PNG_MAGIC)

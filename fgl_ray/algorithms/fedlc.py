@@ -1,0 +1,55 @@
+"""FedLC (Zhang et al., "Federated Learning with Label Distribution Skew via Logits
+Calibration", ICML 2022).
+
+Client ``k`` trains on the calibrated cross-entropy
+
+    L_cal(z, y) = -log( exp(z_y - delta_y) / sum_c exp(z_c - delta_c) ),  delta_c = tau * n_{k,c}^{-1/4}
+
+with ``n_{k,c}`` the client's number of training nodes of class ``c``: every logit is lowered by
+a margin that is larger for rarer classes, so a rare class must win by a larger margin during
+training. A class the client has no training node of (``n = 0``, margin ``+inf`` in the
+authors' formula) is left out of the softmax, as the ``-inf`` logit it gets there does.
+When all present classes have the same count ``n``, every logit moves by the same ``tau n^{-1/4}``
+and ``L_cal`` equals plain cross-entropy (softmax is shift-invariant). Prediction uses the raw
+logits; aggregation is the configured one (FedAvg by default). Default ``tau = 1`` (the
+public implementations' default).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import Tensor
+
+from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
+
+
+def calibration_margins(class_counts: Tensor, tau: float) -> Tensor:
+    """``delta_c = tau * n_c^{-1/4}``; ``+inf`` for classes with ``n_c = 0``."""
+    counts = class_counts.to(torch.float64)
+    margins = tau * counts.clamp(min=1.0).pow(-0.25)
+    return torch.where(counts > 0, margins, torch.full_like(margins, float("inf")))
+
+
+def calibrated_cross_entropy(logits: Tensor, y: Tensor, margins: Tensor) -> Tensor:
+    """Mean of ``-log softmax(z - delta)_y`` over rows; classes with an infinite margin drop out."""
+    return F.cross_entropy(logits - margins.to(logits.dtype), y)
+
+
+@ALGORITHMS.register("fedlc")
+class FedLC(Algorithm):
+    """Local logit calibration by the client's label distribution."""
+
+    class Options(Algorithm.Options):
+        tau: float = Field(1.0, ge=0.0, description="calibration strength tau")
+
+    def setup_client(self, ctx: ClientContext) -> None:
+        """The client's training label counts and margins, computed once."""
+        data = ctx.data
+        counts = torch.bincount(data.y[data.train_mask].cpu(), minlength=ctx.num_classes)
+        ctx.state["margins"] = calibration_margins(counts, self.options.tau).float().to(ctx.device)
+
+    def loss(self, ctx: ClientContext, logits: Tensor) -> Tensor:
+        mask = ctx.data.train_mask
+        return calibrated_cross_entropy(logits[mask], ctx.data.y[mask], ctx.state["margins"])
