@@ -72,16 +72,22 @@ class Algorithm:
         ctx.server_stats = dict(broadcast.stats)
 
     def local_train(self, ctx: ClientContext) -> dict[str, float]:
-        """``local_epochs`` full-batch optimizer steps on :meth:`loss`; returns train metrics."""
+        """``local_epochs`` full-batch optimizer steps on :meth:`objective`; returns train metrics."""
         ctx.model.train()
         data = ctx.data
         loss = torch.zeros(())
         for _ in range(self.config.local_epochs):
             ctx.optimizer.zero_grad(set_to_none=True)
-            loss = self.loss(ctx, ctx.model(data.x, data.edge_index))
+            z = ctx.model.encode(data.x, data.edge_index)
+            loss = self.objective(ctx, z, ctx.model.classify(z, data.edge_index))
             loss.backward()
             ctx.optimizer.step()
         return {"loss": float(loss.detach())}
+
+    def objective(self, ctx: ClientContext, z: Tensor, logits: Tensor) -> Tensor:
+        """The loss of one local step from the representations ``z`` and the ``logits``;
+        representation methods (prototypes, contrast) override this, the rest :meth:`loss`."""
+        return self.loss(ctx, logits)
 
     def loss(self, ctx: ClientContext, logits: Tensor) -> Tensor:
         """The local objective; the default is cross-entropy on the training nodes."""

@@ -65,19 +65,6 @@ class FedProto(Algorithm):
             return ce
         return ce + self.options.lam * F.mse_loss(z[nodes], prototypes[ctx.data.y[nodes]].to(z.dtype))
 
-    def local_train(self, ctx: ClientContext) -> dict[str, float]:
-        """``local_epochs`` full-batch steps on :meth:`objective`."""
-        ctx.model.train()
-        data = ctx.data
-        loss = torch.zeros(())
-        for _ in range(self.config.local_epochs):
-            ctx.optimizer.zero_grad(set_to_none=True)
-            z = ctx.model.encode(data.x, data.edge_index)
-            loss = self.objective(ctx, z, ctx.model.classify(z, data.edge_index))
-            loss.backward()
-            ctx.optimizer.step()
-        return {"loss": float(loss.detach())}
-
     @torch.no_grad()
     def upload(self, ctx: ClientContext) -> dict[str, Tensor]:
         """Local prototypes (per-class means of ``encode`` over training nodes) and counts."""

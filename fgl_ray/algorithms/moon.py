@@ -101,24 +101,17 @@ class Moon(Algorithm):
         with training_phase(frame) as model:
             return z_glob, model.encode(data.x, data.edge_index)[mask]
 
-    def objective(self, ctx: ClientContext, z: Tensor, logits: Tensor, z_glob: Tensor,
-                  z_prev: Tensor | None) -> Tensor:
-        """``CE + mu * l_con`` for representations ``z`` and logits of all nodes."""
+    def objective(self, ctx: ClientContext, z: Tensor, logits: Tensor) -> Tensor:
+        """``CE + mu * l_con`` against this round's targets (see :meth:`local_train`)."""
+        z_glob, z_prev = ctx.state["moon_targets"]
         mask = ctx.data.train_mask
         con = model_contrastive_loss(z[mask], z_glob, z_prev, self.options.temperature)
         return self.loss(ctx, logits) + self.options.mu * con
 
     def local_train(self, ctx: ClientContext) -> dict[str, float]:
-        """Full-batch steps on :meth:`objective`; then remembers the trained weights."""
-        z_glob, z_prev = self._targets(ctx)
-        ctx.model.train()
-        data = ctx.data
-        loss = torch.zeros(())
-        for _ in range(self.config.local_epochs):
-            ctx.optimizer.zero_grad(set_to_none=True)
-            z = ctx.model.encode(data.x, data.edge_index)
-            loss = self.objective(ctx, z, ctx.model.classify(z, data.edge_index), z_glob, z_prev)
-            loss.backward()
-            ctx.optimizer.step()
+        """Fixes the round's targets, trains, then remembers the trained weights."""
+        ctx.state["moon_targets"] = self._targets(ctx)
+        metrics = super().local_train(ctx)
         ctx.state["moon_previous"] = (trainable_vector(ctx.model), buffer_vector(ctx.model))
-        return {"loss": float(loss.detach())}
+        del ctx.state["moon_targets"]
+        return metrics

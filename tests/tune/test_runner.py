@@ -79,7 +79,7 @@ def test_resume_reruns_only_the_unfinished_trials(smoke_run):
 
 
 def test_two_trials_ran_at_once_on_two_cpus(smoke_run):
-    folder, grid = smoke_run["folder"], smoke_run["grid"]
+    folder = smoke_run["folder"]
     for executed in (smoke_run["first"].executed, smoke_run["second"].executed):
         intervals = [(_record(folder, p)["started_at"], _record(folder, p)["ended_at"]) for p in executed]
         assert max_overlap(intervals) >= 2
