@@ -64,13 +64,10 @@ class FedProc(FedProto):
     def objective(self, ctx: ClientContext, z: Tensor, logits: Tensor) -> Tensor:
         """``alpha * weight * L_pc + (1 - alpha) * CE``; plain CE when no prototype applies."""
         ce = self.loss(ctx, logits)
-        protos = self.global_prototypes(ctx)
-        if protos is None:
+        targets = self.prototype_targets(ctx)
+        if targets is None:
             return ce
-        prototypes, present = protos
-        nodes = self.prototype_nodes(ctx, present)
-        if not bool(nodes.any()):
-            return ce
+        prototypes, present, nodes = targets
         alpha = self.alpha(ctx.state.get("fedproc_round", 0))
         pc = prototype_contrastive_loss(z[nodes], ctx.data.y[nodes], prototypes, present, self.options.temperature)
         return alpha * self.options.weight * pc + (1.0 - alpha) * ce

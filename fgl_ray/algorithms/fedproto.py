@@ -53,16 +53,22 @@ class FedProto(Algorithm):
         """Training nodes whose class has a global prototype (boolean ``[n]``)."""
         return ctx.data.train_mask & present[ctx.data.y]
 
+    def prototype_targets(self, ctx: ClientContext) -> tuple[Tensor, Tensor, Tensor] | None:
+        """``(prototypes, present, nodes)``, or ``None`` when no training node has a prototype."""
+        protos = self.global_prototypes(ctx)
+        if protos is None:
+            return None
+        prototypes, present = protos
+        nodes = self.prototype_nodes(ctx, present)
+        return (prototypes, present, nodes) if bool(nodes.any()) else None
+
     def objective(self, ctx: ClientContext, z: Tensor, logits: Tensor) -> Tensor:
         """``CE + lam * MSE(h_i, p_{y_i})``; plain CE when no prototype applies."""
         ce = self.loss(ctx, logits)
-        protos = self.global_prototypes(ctx)
-        if protos is None:
+        targets = self.prototype_targets(ctx)
+        if targets is None:
             return ce
-        prototypes, present = protos
-        nodes = self.prototype_nodes(ctx, present)
-        if not bool(nodes.any()):
-            return ce
+        prototypes, _, nodes = targets
         return ce + self.options.lam * F.mse_loss(z[nodes], prototypes[ctx.data.y[nodes]].to(z.dtype))
 
     @torch.no_grad()

@@ -7,6 +7,7 @@ import inspect
 import warnings
 from typing import ClassVar
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fgl_ray.registry import Registry
@@ -49,6 +50,24 @@ def check_model_options(name: str, options: dict) -> None:
     if unknown:
         valid = ", ".join(model_options(name)) or "none"
         raise ValueError(f"model {name!r} has no option(s) {', '.join(unknown)}; valid options: {valid}")
+
+
+class ConvStack(GraphModel):
+    """Message-passing layers ``conv -> ReLU -> dropout``, the last layer being the classifier.
+
+    Subclasses build ``self.convs`` (one conv per :func:`layer_dims` entry) and set ``dropout``.
+    """
+
+    convs: nn.ModuleList
+    dropout: float
+
+    def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        for conv in self.convs[:-1]:
+            x = F.dropout(F.relu(conv(x, edge_index)), self.dropout, self.training)
+        return x
+
+    def classify(self, h: Tensor, edge_index: Tensor) -> Tensor:
+        return self.convs[-1](h, edge_index)
 
 
 def build_model(name: str, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,

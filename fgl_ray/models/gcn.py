@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 from torch_geometric.nn import GCNConv
 
-from fgl_ray.models.base import MODELS, GraphModel, layer_dims
+from fgl_ray.models.base import MODELS, ConvStack, layer_dims
 
 
 @MODELS.register("gcn")
-class GCN(GraphModel):
+class GCN(ConvStack):
     """GCNConv -> ReLU -> dropout per hidden layer, then a GCNConv classifier.
 
     The normalised adjacency is cached: one instance serves one client's fixed graph.
@@ -19,13 +18,6 @@ class GCN(GraphModel):
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
                  dropout: float = 0.5) -> None:
         super().__init__()
-        self.convs = nn.ModuleList(GCNConv(a, b, cached=True) for a, b in layer_dims(in_dim, num_classes, hidden, num_layers))
+        dims = layer_dims(in_dim, num_classes, hidden, num_layers)
+        self.convs = nn.ModuleList(GCNConv(a, b, cached=True) for a, b in dims)
         self.dropout = dropout
-
-    def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        for conv in self.convs[:-1]:
-            x = F.dropout(F.relu(conv(x, edge_index)), self.dropout, self.training)
-        return x
-
-    def classify(self, h: Tensor, edge_index: Tensor) -> Tensor:
-        return self.convs[-1](h, edge_index)
