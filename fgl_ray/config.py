@@ -243,21 +243,28 @@ def _check_data_dir(path: Path, explicit: bool) -> None:
         raise ValueError(f"data_dir {str(path)!r} is not readable; fix its permissions or choose another folder")
 
 
+def read_yaml_mapping(path: str | Path, label: str, error: type[ConfigError] = ConfigError) -> dict[str, Any]:
+    """The mapping a YAML file holds (empty file: ``{}``).
+
+    Raises:
+        ``error``: the file is missing or does not hold a mapping; ``label`` names it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{label} {str(path)!r} does not exist")
+    loaded = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise error(f"{label} {str(path)!r} must hold a mapping of field: value")
+    return loaded
+
+
 def load_config(values: dict[str, Any] | None = None, yaml_path: str | Path | None = None) -> ExperimentConfig:
     """Builds a config from an optional YAML file overlaid with ``values``.
 
     Raises:
         ConfigError: naming every bad field and how to fix it.
     """
-    merged: dict[str, Any] = {}
-    if yaml_path is not None:
-        path = Path(yaml_path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {str(path)!r} must hold a mapping of field: value")
-        merged.update(loaded)
+    merged = read_yaml_mapping(yaml_path, "config file") if yaml_path is not None else {}
     merged.update(values or {})
     try:
         return ExperimentConfig(**merged)

@@ -39,7 +39,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fgl_ray.config import ConfigError, ExperimentConfig, load_config
+from fgl_ray.config import ConfigError, ExperimentConfig, load_config, read_yaml_mapping
 
 #: Fields the grid runner sets for every trial (each trial writes ``<grid>/runs/<point id>``).
 MANAGED_FIELDS = ("output_dir", "run_name")
@@ -316,12 +316,7 @@ def _base_values(spec: GridFile, root: Path | None) -> dict[str, Any]:
     base: dict[str, Any] = {}
     if spec.base_config is not None:
         file = spec.base_config if spec.base_config.is_absolute() else (root or Path.cwd()) / spec.base_config
-        if not file.is_file():
-            raise GridError(f"base_config {str(file)!r} does not exist")
-        loaded = yaml.safe_load(file.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise GridError(f"base_config {str(file)!r} must hold a mapping of field: value")
-        base.update(loaded)
+        base.update(read_yaml_mapping(file, "base_config", GridError))
     for key, value in spec.base.items():
         _set_path(base, key, copy.deepcopy(value), "base")
     return base
