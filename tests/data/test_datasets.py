@@ -111,6 +111,15 @@ def test_wikinet_is_aligned_to_feature_dim(shared_datasets, session_cache):
     _check_clients(data)
 
 
+def test_email_has_standardised_128_dim_structural_features(shared_datasets, session_cache):
+    (email,) = DATASETS.get("email-eu-core").load(shared_datasets, session_cache)
+    graph = email.data
+    assert (graph.num_nodes, graph.x.size(1), int(graph.y.max()) + 1) == (1005, 128, 42)   # SNAP's counts
+    assert is_undirected(graph.edge_index)
+    assert torch.allclose(graph.x.mean(dim=0), torch.zeros(128), atol=1e-4)
+    assert torch.isfinite(graph.x).all()
+
+
 # ------------------------------------------------------------------ graph datasets
 def test_graph_dataset_loads_and_is_not_a_node_task(shared_datasets, session_cache):
     mutag = load_graph_dataset("tu-mutag", shared_datasets, session_cache)
