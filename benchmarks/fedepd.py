@@ -7,7 +7,8 @@ Cora-LT and CiteSeer-LT (training labels down-sampled to IR 20), and Chameleon (
 default its long-tailed variant ``chameleon-lt`` at the same IR, since the natural one has IR
 1.4 — pass ``--datasets ... chameleon`` for it).
 
-Methods: FedAvg, Local, FedProto, FedLC, and FedEPD with the paper's in-training logit
+Methods: FedAvg, Local, FedProto, FedLC (as the authors' code: classes a client lacks leave its
+softmax; and with them kept in, ``absent_classes=count_one``), and FedEPD with the paper's in-training logit
 adjustment (``logit_adjust=train``) and the post-hoc one (``posthoc``); ablations of FedEPD
 (default options) without consensus, purification, recalibration. Every cell is the pooled
 test score (all clients' confusion matrices summed) averaged over the last 20 rounds of a run,
@@ -50,6 +51,7 @@ METHODS = {
     "Local": ("local", {}),
     "FedProto": ("fedproto", {}),
     "FedLC": ("fedlc", {}),
+    "FedLC (absent classes in softmax)": ("fedlc", {"absent_classes": "count_one"}),
     "FedEPD (LA=train, paper)": ("fedepd", {"logit_adjust": "train"}),
     "FedEPD (LA=posthoc)": ("fedepd", {"logit_adjust": "posthoc"}),
 }

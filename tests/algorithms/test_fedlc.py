@@ -62,6 +62,20 @@ def test_absent_classes_drop_out_of_the_softmax():
                                                                            rel=1e-12)
 
 
+def test_count_one_keeps_absent_classes_in_the_softmax_with_the_one_node_margin():
+    z, y = logits_and_labels()
+    y = y % 3                                                               # class 3 absent
+    tau = 0.7
+    margins = calibration_margins(torch.tensor([9, 9, 9, 0]), tau=tau, absent="count_one")
+    assert margins[3].item() == pytest.approx(tau)                          # tau * 1^{-1/4}
+    shifted = z - torch.tensor([tau / math.sqrt(3), tau / math.sqrt(3), tau / math.sqrt(3), tau], dtype=z.dtype)
+    assert calibrated_cross_entropy(z, y, margins).item() == pytest.approx(F.cross_entropy(shifted, y).item(),
+                                                                           rel=1e-12)
+    # the absent class is now pushed down by this client, so its loss exceeds the excluded form's
+    excluded = calibration_margins(torch.tensor([9, 9, 9, 0]), tau=tau)
+    assert calibrated_cross_entropy(z, y, margins) > calibrated_cross_entropy(z, y, excluded)
+
+
 def test_client_loss_uses_its_training_counts(make_config, make_context, ring_graph):
     graph = ring_graph(2, classes=(1, 2))
     algorithm, ctx = make_context(make_config("fedlc", algorithm_options={"tau": 0.5}), graph)
