@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from contextlib import nullcontext
@@ -171,7 +172,7 @@ def main() -> None:
                     ablation[label] = (results[same[0]] if same
                                        else run_method(dataset, label, algorithm, options, data, args))
                 ablation_tables.append(table(dataset, ablation))
-    command = " ".join(["python benchmarks/fedepd.py"] + sys.argv[1:])
+    command = shlex.join(["python", "benchmarks/fedepd.py", *sys.argv[1:]])
     note = (f"Command: `{command}` ({args.rounds} rounds, {args.seeds} seed(s), IR {args.imbalance_ratio}; pooled "
             f"test scores in %, each run averaged over its last {min(20, args.rounds)} rounds, then mean±std over "
             f"seeds; head/medium/tail = thirds of the classes by global training count; run folders and "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 import time
 from contextlib import nullcontext
@@ -119,7 +120,7 @@ def main(section: str, settings: Mapping[str, Mapping[str, tuple[float, float]]]
             tables.append(markdown_table(preset, rows, paper.get(preset, {}), order))
     spread = ("mean±std over the last 20 rounds" if args.seeds == 1 else
               f"mean±std over seeds 0–{args.seeds - 1} of each run's last-20-round mean")
-    flags = " ".join(sys.argv[1:])
+    flags = shlex.join(sys.argv[1:])
     body = (f"Command: `{command}{' ' + flags if flags else ''}` ({args.rounds} rounds; test accuracy %, {spread}; "
             f"run folders under `{args.out}`)\n\n" + "\n".join(tables))
     replace_section(section if args.seeds == 1 else f"{section}-seeds{args.seeds}", body, args.results_file)
