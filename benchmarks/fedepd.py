@@ -36,7 +36,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fedia_common  # noqa: E402
 from fedia_common import replace_section  # noqa: E402
 
 from fgl_ray.algorithms.fedepd import FedEPD  # noqa: E402
@@ -143,8 +142,6 @@ def main() -> None:
                         help="write the marked sections into this markdown file instead of benchmarks/RESULTS.md")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.results_file is not None:
-        fedia_common.RESULTS = args.results_file
     main_tables, ablation_tables = [], []
     if args.backend == "ray":
         from fgl_ray.runtime.ray_backend import ray_session
@@ -182,9 +179,9 @@ def main() -> None:
     print(main_body)
     print(ablation_body)
     if not args.no_write:
-        replace_section("fedepd-main", main_body)
+        replace_section("fedepd-main", main_body, args.results_file)
         if ablation_tables:
-            replace_section("fedepd-ablation", ablation_body)
+            replace_section("fedepd-ablation", ablation_body, args.results_file)
 
 
 if __name__ == "__main__":
