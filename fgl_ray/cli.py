@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from fgl_ray.data import build_federated_data
-    from fgl_ray.results import comparison_table
+    from fgl_ray.results import comparison_table, pooled_table
     from fgl_ray.runtime import run_experiment
 
     values = _config_values(args)
@@ -70,7 +70,10 @@ def _run(args: argparse.Namespace) -> int:
             result = run_experiment(config, data, progress=not args.no_progress)
             summaries[f"{config.algorithm}+{config.aggregator}"] = result.summary
             print(f"results: {result.run_dir}", flush=True)
-    print(comparison_table(summaries))
+    evaluated = len(next(iter(summaries.values()))["rounds"])
+    window = f"test, mean ± std over the last {evaluated} evaluated rounds"
+    print(f"accuracy per domain ({window}):\n{comparison_table(summaries)}")
+    print(f"\npooled over all clients ({window}):\n{pooled_table(summaries)}")
     return 0
 
 

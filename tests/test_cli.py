@@ -24,6 +24,7 @@ def test_run_compares_fedavg_and_local_by_default(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "fedavg+mean" in out and "local+mean" in out and "AVG" in out
+    assert "balanced_accuracy" in out and "macro_f1" in out                    # the pooled table
     assert len(list(tmp_path.iterdir())) == 2
 
 

@@ -4,7 +4,7 @@ from fgl_ray.results.manifest import git_revision, package_versions, write_manif
 from fgl_ray.results.plots import (per_class_accuracy, plot_class_accuracy, plot_learning_curves,
                                   plot_update_diagnostics)
 from fgl_ray.results.summary import round_tables, server_rows, summarize, write_summary
-from fgl_ray.results.table import comparison_table
+from fgl_ray.results.table import comparison_table, pooled_table
 from fgl_ray.results.writer import (
     ALL_DOMAINS,
     METRIC_COLUMNS,
@@ -22,6 +22,7 @@ __all__ = [
     "SERVER_ID",
     "MetricsWriter",
     "comparison_table",
+    "pooled_table",
     "git_revision",
     "metric_rows",
     "package_versions",

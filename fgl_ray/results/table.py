@@ -57,3 +57,14 @@ def comparison_table(summaries: Mapping[str, Mapping[str, Any]], metric: str = "
     ]
     columns = ["run", *domains, "AVG", "ALL", f"best-val ALL {metric}"]
     return pd.DataFrame(rows, columns=columns).to_string(index=False)
+
+
+POOLED_METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "head_accuracy", "medium_accuracy", "tail_accuracy")
+
+
+def pooled_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
+    """One row per run: last-K "mean ± std" in percent of every metric pooled over all clients
+    (accuracy, balanced accuracy, macro-F1 and, where recorded, head/medium/tail accuracy)."""
+    metrics = [m for m in POOLED_METRICS if any(m in s["all"] for s in summaries.values())]
+    rows = [[label, *(_mean_std(s["all"].get(m)) for m in metrics)] for label, s in summaries.items()]
+    return pd.DataFrame(rows, columns=["run", *metrics]).to_string(index=False)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from fgl_ray.results.summary import summarize
-from fgl_ray.results.table import MISSING, comparison_table
+from fgl_ray.results.table import MISSING, comparison_table, pooled_table
 from fgl_ray.results.writer import metric_rows
 
 
@@ -41,3 +41,16 @@ def test_table_rows_and_cells() -> None:
         assert cell in first
     assert _cell(local["domains"]["ES"]["accuracy"]) in second
     assert second.count(MISSING) == 2  # no DE column value, no best-validation round
+
+
+def test_pooled_table_shows_every_recorded_pooled_metric() -> None:
+    rows = []
+    for r in range(1, 6):
+        rows += metric_rows(r, "server", "all", "test", {"accuracy": r / 10, "macro_f1": r / 20, "tail_accuracy": r / 40})
+    summary = summarize(pd.DataFrame(rows).assign(run_id="lt"), last_k=2)
+    header, row = pooled_table({"fedepd": summary}).splitlines()
+    assert header.split() == ["run", "accuracy", "macro_f1", "tail_accuracy"]   # recorded ones, fixed order
+    for metric in ("accuracy", "macro_f1", "tail_accuracy"):
+        assert _cell(summary["all"][metric]) in row
+    # last two rounds: accuracy 0.4 and 0.5 -> 45.00 ± 5.00 (population std)
+    assert "45.00 ± 5.00" in row
