@@ -191,9 +191,20 @@ class ExperimentConfig(BaseModel):
         from fgl_ray.data.partition import PARTITIONERS, PRESETS
         from fgl_ray.models import check_model_options
 
+        from fgl_ray.data.synthetic import SyntheticOptions
+
         spec = DATASETS.get(self.dataset)
-        ALGORITHMS.get(self.algorithm).Options(**self.algorithm_options)
-        AGGREGATORS.get(self.aggregator).Options(**self.aggregator_options)
+        if spec.task != "node":
+            raise ValueError(
+                f"dataset {self.dataset!r} is a graph-classification set and every registered algorithm "
+                "classifies nodes; choose a node dataset (`fgl-ray datasets`), or load it directly with "
+                "fgl_ray.data.load_graph_dataset"
+            )
+        check_options("algorithm_options", f"algorithm {self.algorithm!r}", ALGORITHMS.get(self.algorithm).Options,
+                      self.algorithm_options)
+        check_options("aggregator_options", f"aggregator {self.aggregator!r}",
+                      AGGREGATORS.get(self.aggregator).Options, self.aggregator_options)
+        check_options("synthetic", "generator options", SyntheticOptions, self.synthetic)
         check_model_options(self.model, self.model_options)
         if self.partition in PRESETS:
             preset = PRESETS[self.partition]
@@ -234,6 +245,24 @@ class ExperimentConfig(BaseModel):
     def with_overrides(self, **changes: Any) -> "ExperimentConfig":
         """A validated copy with some fields changed."""
         return load_config(self.model_dump(mode="python") | changes)
+
+
+def check_options(field: str, owner: str, options: type[BaseModel], values: dict[str, Any]) -> None:
+    """Validates ``values`` against ``options``.
+
+    Raises:
+        ValueError: naming ``field``, its ``owner``, every bad key and the valid options.
+    """
+    try:
+        options(**values)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in item['loc'])}: "
+            + ("unknown option" if item["type"] == "extra_forbidden" else item["msg"].removeprefix("Value error, "))
+            for item in error.errors()
+        )
+        valid = ", ".join(sorted(options.model_fields)) or "none"
+        raise ValueError(f"{field} ({owner}): {problems}; valid options: {valid}") from None
 
 
 def _check_data_dir(path: Path, explicit: bool) -> None:

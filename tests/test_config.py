@@ -18,7 +18,11 @@ from fgl_ray.config import ConfigError, load_config
     ({"split": (0.5, 0.5, 0.5)}, ["split", "sum"]),
     ({"lr": -1}, ["lr", "> 0"]),
     ({"colour": "blue"}, ["colour", "unknown field", "valid fields"]),
-    ({"algorithm_options": {"bogus": 1}}, ["algorithm_options", "bogus"]),
+    ({"algorithm": "fedprox", "algorithm_options": {"bogus": 1}},
+     ["algorithm_options (algorithm 'fedprox')", "bogus: unknown option", "valid options: mu"]),
+    ({"aggregator": "fedia", "aggregator_options": {"rho": 2}},
+     ["aggregator_options (aggregator 'fedia')", "rho", "less than or equal to 1", "beta", "mask_scope"]),
+    ({"synthetic": {"num_domainz": 5}}, ["synthetic", "num_domainz: unknown option", "num_domains"]),
     ({"failures": {7: [0]}, "rounds": 3}, ["failures", "round 7"]),
 ])
 def test_bad_values_name_the_field_and_the_fix(values, needles):
@@ -26,6 +30,8 @@ def test_bad_values_name_the_field_and_the_fix(values, needles):
         load_config(values)
     for needle in needles:
         assert needle in str(error.value)
+    if any(key.endswith("options") or key == "synthetic" for key in values):
+        assert "valid fields" not in str(error.value)          # an option is not named as a config field
 
 
 def test_missing_data_dir_is_named(tmp_path):

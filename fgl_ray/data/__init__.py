@@ -48,15 +48,8 @@ def build_federated_data(config: ExperimentConfig) -> FederatedGraphData:
         The clients (ids ``0..K-1`` in domain order) and the facts models need.
 
     Raises:
-        NotImplementedError: the dataset is a graph-classification set.
         ValueError: the partition settings do not fit the dataset.
     """
-    spec = DATASETS.get(config.dataset)
-    if spec.task != "node":
-        raise NotImplementedError(
-            f"dataset {config.dataset!r} is a graph-classification set; graph classification arrives with "
-            "GCFL (load it with fgl_ray.data.load_graph_dataset); choose a node dataset such as synthetic or twitch"
-        )
     loaded = load_domains(config)
     domains = align_features(loaded, config.feature_dim, config.data_seed)
     partitioner, params = _partition_settings(config, len(domains))

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fgl_ray.config import load_config
+from fgl_ray.config import ConfigError, load_config
 from fgl_ray.data import build_federated_data, dataset_domains
 from fgl_ray.data.datasets import DATASETS
 
@@ -61,6 +61,6 @@ def test_data_seed_decides_partition_and_splits():
     assert not torch.equal(first.clients[0].data.x, other.clients[0].data.x)
 
 
-def test_graph_task_dataset_is_refused_with_a_pointer_to_gcfl():
-    with pytest.raises(NotImplementedError, match="GCFL"):
-        build_federated_data(load_config({"dataset": "tu-mutag"}))
+def test_graph_task_dataset_is_refused_when_the_config_is_built():
+    with pytest.raises(ConfigError, match="graph-classification set.*choose a node dataset"):
+        load_config({"dataset": "tu-mutag"})
