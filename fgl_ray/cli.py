@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import yaml
 
 from fgl_ray.config import ConfigError, ExperimentConfig, load_config
+from fgl_ray.data.partition import PartitionError
 
 #: What ``fgl-ray run`` compares when no algorithm is named.
 DEFAULT_COMPARISON = ("fedavg", "local")
@@ -202,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"run": _run, "datasets": _datasets, "list": _list, "tune": _tune, "report": _report}
     try:
         return handlers[args.command](args)
-    except ConfigError as error:
+    except (ConfigError, PartitionError) as error:
         print(f"fgl-ray: {error}", file=sys.stderr)
         return 2
 

@@ -28,6 +28,15 @@ def test_run_compares_fedavg_and_local_by_default(tmp_path, capsys):
     assert len(list(tmp_path.iterdir())) == 2
 
 
+def test_a_partition_that_does_not_fit_the_data_is_a_clean_error(tmp_path, capsys):
+    code = cli.main(["run", "--backend", "local", "--partition", "random", "--num-clients", "500", "--no-progress",
+                     "--output-dir", str(tmp_path), "--synthetic", "{nodes_per_domain: 60, num_features: 8}"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fgl-ray: random partition needs") and "Traceback" not in err
+    assert not any(tmp_path.iterdir())                                          # nothing ran, nothing written
+
+
 def test_preset_run_with_fedia_on_fedprox_parses(monkeypatch):
     captured = {}
     monkeypatch.setattr(cli, "_run", lambda args: captured.setdefault("values", cli._config_values(args)) and 0)

@@ -5,7 +5,7 @@ A partitioner is a pure function of the union graph returning global node ids pe
 disjoint union of their domains. Importing a partitioner's module registers it.
 """
 
-from fgl_ray.data.partition.base import PARTITIONERS, Partitioner, PartitionParams, union_graph
+from fgl_ray.data.partition.base import PARTITIONERS, PartitionError, Partitioner, PartitionParams, union_graph
 from fgl_ray.data.partition.clients import build_clients
 from fgl_ray.data.partition.domain import domain_partition
 from fgl_ray.data.partition.label_dirichlet import label_dirichlet_partition
@@ -16,6 +16,7 @@ from fgl_ray.data.partition.random_nodes import random_partition
 __all__ = [
     "PARTITIONERS",
     "PRESETS",
+    "PartitionError",
     "PartitionParams",
     "Partitioner",
     "Preset",

@@ -13,6 +13,10 @@ from fgl_ray.data.types import DomainGraph
 from fgl_ray.registry import Registry
 
 
+class PartitionError(ValueError):
+    """The partition settings do not fit the loaded dataset (e.g. more clients than communities)."""
+
+
 @dataclass(frozen=True)
 class PartitionParams:
     """The settings a partitioner may read.

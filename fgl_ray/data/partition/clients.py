@@ -9,6 +9,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
+from fgl_ray.data.partition.base import PartitionError
 from fgl_ray.data.splits import client_generator, random_split_masks
 from fgl_ray.data.types import ClientGraph
 
@@ -34,7 +35,8 @@ def build_clients(
         seed: the data seed.
 
     Raises:
-        ValueError: a client has no nodes, or a node is assigned twice.
+        PartitionError: a client has no nodes.
+        ValueError: a node is assigned twice.
     """
     counts = torch.bincount(torch.cat(list(assignments)), minlength=graph.num_nodes)
     if counts.numel() > graph.num_nodes or int(counts.max()) > 1:
@@ -42,7 +44,7 @@ def build_clients(
             "a partition assigned a node to several clients or outside the graph; each node needs exactly one client"
         )
     if any(nodes.numel() == 0 for nodes in assignments):
-        raise ValueError("a partition produced an empty client; lower the number of clients")
+        raise PartitionError("a partition produced an empty client; lower the number of clients")
     majority = [int(torch.bincount(graph.domain[nodes]).argmax()) for nodes in assignments]
     order = sorted(range(len(assignments)), key=lambda index: majority[index])
     return [

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from fgl_ray.data.partition.base import PARTITIONERS, PartitionParams, seeded_generator
+from fgl_ray.data.partition.base import PARTITIONERS, PartitionError, PartitionParams, seeded_generator
 
 
 def domain_partition(domain: Tensor, ratios: Sequence[int], clients_per_domain: int, seed: int) -> list[Tensor]:
@@ -25,14 +25,14 @@ def domain_partition(domain: Tensor, ratios: Sequence[int], clients_per_domain: 
     """
     num_domains = int(domain.max()) + 1 if domain.numel() else 0
     if len(ratios) != num_domains:
-        raise ValueError(f"domain_ratios has {len(ratios)} entries for {num_domains} domains; give one per domain")
+        raise PartitionError(f"domain_ratios has {len(ratios)} entries for {num_domains} domains; give one per domain")
     generator = seeded_generator(seed)
     clients: list[Tensor] = []
     for index, ratio in enumerate(ratios):
         nodes = torch.nonzero(domain == index).flatten()
         count = ratio * clients_per_domain
         if count > nodes.numel():
-            raise ValueError(
+            raise PartitionError(
                 f"domain {index} has {nodes.numel()} nodes but would get {count} clients; "
                 "lower clients_per_domain or its domain ratio"
             )

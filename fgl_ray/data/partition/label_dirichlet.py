@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from fgl_ray.data.partition.base import PARTITIONERS, PartitionParams
+from fgl_ray.data.partition.base import PARTITIONERS, PartitionError, PartitionParams
 
 MIN_CLIENT_NODES = 5
 MAX_DRAWS = 1000
@@ -36,7 +36,7 @@ def label_dirichlet_partition(
         sizes = [sum(part.size for part in parts) for parts in members]
         if min(sizes) >= min_size:
             return [torch.from_numpy(np.sort(np.concatenate(parts))) for parts in members]
-    raise ValueError(
+    raise PartitionError(
         f"label-dirichlet gave some client fewer than {min_size} nodes in {MAX_DRAWS} draws "
         f"({y.numel()} nodes, num_clients={num_clients}, dirichlet_alpha={alpha}); "
         "raise dirichlet_alpha or lower num_clients"

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from fgl_ray.data.partition.base import PARTITIONERS, PartitionParams
+from fgl_ray.data.partition.base import PARTITIONERS, PartitionError, PartitionParams
 
 
 def louvain_partition(
@@ -41,7 +41,7 @@ def louvain_partition(
         for community in nx.community.louvain_communities(graph.subgraph(nodes), resolution=1, seed=seed)
     ]
     if len(found) < num_clients:
-        raise ValueError(
+        raise PartitionError(
             f"louvain found {len(found)} communities, fewer than num_clients={num_clients}; "
             "lower num_clients or use the random partition"
         )

@@ -6,13 +6,13 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from fgl_ray.data.partition.base import PARTITIONERS, PartitionParams, seeded_generator
+from fgl_ray.data.partition.base import PARTITIONERS, PartitionError, PartitionParams, seeded_generator
 
 
 def random_partition(num_nodes: int, num_clients: int, seed: int) -> list[Tensor]:
     """Splits nodes ``0..num_nodes-1`` at random into ``num_clients`` parts whose sizes differ by at most 1."""
     if not 1 <= num_clients <= num_nodes:
-        raise ValueError(f"random partition needs 1 <= num_clients <= {num_nodes} nodes, got {num_clients}")
+        raise PartitionError(f"random partition needs 1 <= num_clients <= {num_nodes} nodes, got {num_clients}")
     return list(torch.tensor_split(torch.randperm(num_nodes, generator=seeded_generator(seed)), num_clients))
 
 
