@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -256,13 +256,25 @@ def check_options(field: str, owner: str, options: type[BaseModel], values: dict
     try:
         options(**values)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in item['loc'])}: "
-            + ("unknown option" if item["type"] == "extra_forbidden" else item["msg"].removeprefix("Value error, "))
-            for item in error.errors()
-        )
+        problems = "; ".join(validation_lines(error, field, lambda loc: "unknown option"))
         valid = ", ".join(sorted(options.model_fields)) or "none"
         raise ValueError(f"{field} ({owner}): {problems}; valid options: {valid}") from None
+
+
+def validation_lines(error: ValidationError, root: str, unknown: Callable[[tuple], str]) -> list[str]:
+    """One ``"location: message"`` line per distinct pydantic error (``root`` when it has no
+    location); an unknown key gets ``unknown(loc)``, a missing one ``required``."""
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or root
+        if item["type"] == "extra_forbidden":
+            message = unknown(item["loc"])
+        elif item["type"] == "missing":
+            message = "required"
+        else:
+            message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {message}")
+    return list(dict.fromkeys(lines))
 
 
 def _check_data_dir(path: Path, explicit: bool) -> None:
@@ -302,12 +314,6 @@ def load_config(values: dict[str, Any] | None = None, yaml_path: str | Path | No
 
 
 def _describe(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "config"
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            valid = ", ".join(sorted(ExperimentConfig.model_fields))
-            message = f"unknown field; valid fields: {valid}"
-        lines.append(f"{field}: {message}")
+    valid = ", ".join(sorted(ExperimentConfig.model_fields))
+    lines = validation_lines(error, "config", lambda loc: f"unknown field; valid fields: {valid}")
     return "invalid experiment config:\n  " + "\n  ".join(lines)

@@ -48,7 +48,7 @@ def build_federated_data(config: ExperimentConfig) -> FederatedGraphData:
         The clients (ids ``0..K-1`` in domain order) and the facts models need.
 
     Raises:
-        ValueError: the partition settings do not fit the dataset.
+        PartitionError: the partition settings do not fit the dataset.
     """
     loaded = load_domains(config)
     domains = align_features(loaded, config.feature_dim, config.data_seed)

@@ -39,7 +39,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fgl_ray.config import ConfigError, ExperimentConfig, load_config, read_yaml_mapping
+from fgl_ray.config import ConfigError, ExperimentConfig, load_config, read_yaml_mapping, validation_lines
 
 #: Fields the grid runner sets for every trial (each trial writes ``<grid>/runs/<point id>``).
 MANAGED_FIELDS = ("output_dir", "run_name")
@@ -495,17 +495,10 @@ def _show(value: Any) -> str:
 
 
 def _describe_file_error(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "grid"
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            owner = {"metric": MetricSpec, "heatmap": HeatmapSpec}.get(str(item["loc"][0]), GridFile)
-            if len(item["loc"]) == 1:
-                owner = GridFile
-            message = f"unknown key; valid keys: {', '.join(owner.model_fields)}"
-        elif item["type"] == "missing":
-            message = "required"
-        lines.append(f"{where}: {message}")
-    # union members each report; keep the distinct lines only
-    return "invalid grid file:\n  " + "\n  ".join(dict.fromkeys(lines))
+    def unknown_key(loc: tuple) -> str:
+        owner = {"metric": MetricSpec, "heatmap": HeatmapSpec}.get(str(loc[0]), GridFile) if len(loc) > 1 else GridFile
+        return f"unknown key; valid keys: {', '.join(owner.model_fields)}"
+
+    # union members each report; validation_lines keeps the distinct lines only
+    lines = validation_lines(error, "grid", unknown_key)
+    return "invalid grid file:\n  " + "\n  ".join(lines)
