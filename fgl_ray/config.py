@@ -39,6 +39,11 @@ class ExperimentConfig(BaseModel):
     domain_ratios: Optional[list[int]] = Field(None, description="per-domain multipliers of clients_per_domain")
     dirichlet_alpha: float = Field(10.0, description="concentration of label-dirichlet")
     split: Optional[tuple[float, float, float]] = Field(None, description="train/val/test fractions; default per dataset")
+    split_mode: Literal["random", "stratified"] = Field(
+        "random", description="per-client splits: random nodes, or stratified by class (each class cut at the fractions)")
+    features: Literal["raw", "svd"] = Field(
+        "raw", description="node features: raw (as published), or svd = a feature_dim truncated SVD fitted on the "
+                           "union of all domains (one shared space; needs equal raw widths, e.g. Twitch)")
     feature_dim: int = Field(128, description="truncated-SVD dimension when domain feature spaces differ")
     data_seed: int = Field(0, description="seed for generation, partition and splits")
     synthetic: dict[str, Any] = Field(default_factory=dict, description="options of the synthetic generator")
@@ -69,10 +74,16 @@ class ExperimentConfig(BaseModel):
     lr: float = Field(0.05, description="local learning rate")
     momentum: float = Field(0.9, description="SGD momentum")
     weight_decay: float = Field(1e-5, description="L2 weight decay")
+    optimizer_state: Literal["reset", "keep"] = Field(
+        "reset", description="local optimizer state each round: reset = fresh (FedAvg's E steps from the global "
+                             "model), keep = carried over from the client's previous round (OpenFGL)")
     fraction_fit: Fraction = Field(1.0, description="fraction of clients sampled per round, in (0, 1]")
     min_clients: int = Field(1, description="fewest successful updates for a round to aggregate")
     round_timeout_s: float = Field(600.0, description="seconds to wait for client updates per round")
     eval_every: int = Field(1, description="evaluate every this many rounds (and the last)")
+    evaluate: Literal["global", "local"] = Field(
+        "global", description="score the model each client would use now (global: the aggregated one) or each "
+                              "client's model right after its local training (local, OpenFGL's default)")
     diagnostics: bool = Field(False, description="record the update-field diagnostics of FedIA Section 3.2 each round")
     diagnostics_fraction: float = Field(0.05, description="top fraction p of |u_k| for the overlap diagnostic")
     last_k: int = Field(20, description="rounds in the last-K summary")
@@ -199,6 +210,11 @@ class ExperimentConfig(BaseModel):
                 f"dataset {self.dataset!r} is a graph-classification set and every registered algorithm "
                 "classifies nodes; choose a node dataset (`fgl-ray datasets`), or load it directly with "
                 "fgl_ray.data.load_graph_dataset"
+            )
+        if self.features == "svd" and not spec.shared_features:
+            raise ValueError(
+                f"features 'svd' fits one SVD on the union of the domains, but the domains of {self.dataset!r} have "
+                "different vocabularies (each is already reduced by its own SVD to feature_dim); use features 'raw'"
             )
         check_options("algorithm_options", f"algorithm {self.algorithm!r}", ALGORITHMS.get(self.algorithm).Options,
                       self.algorithm_options)

@@ -24,6 +24,10 @@ from fgl_ray.config import ConfigError, load_config
      ["aggregator_options (aggregator 'fedia')", "rho", "less than or equal to 1", "beta", "mask_scope"]),
     ({"synthetic": {"num_domainz": 5}}, ["synthetic", "num_domainz: unknown option", "num_domains"]),
     ({"failures": {7: [0]}, "rounds": 3}, ["failures", "round 7"]),
+    ({"dataset": "wikinet", "partition": "wikinet", "features": "svd"}, ["features 'svd'", "wikinet", "features 'raw'"]),
+    ({"optimizer_state": "forget"}, ["optimizer_state", "reset", "keep"]),
+    ({"evaluate": "both"}, ["evaluate", "global", "local"]),
+    ({"split_mode": "balanced"}, ["split_mode", "random", "stratified"]),
 ])
 def test_bad_values_name_the_field_and_the_fix(values, needles):
     with pytest.raises(ConfigError) as error:

@@ -100,6 +100,10 @@ class Algorithm:
         ctx.model.eval()
         return ctx.model(ctx.data.x, ctx.data.edge_index)
 
+    def num_samples(self, ctx: ClientContext) -> int:
+        """The sample count sent with the update (the aggregation weight): training nodes."""
+        return int(ctx.data.train_mask.sum())
+
     def upload(self, ctx: ClientContext) -> dict[str, Tensor]:
         """Statistics sent with the update; must match :meth:`declared_stats`."""
         return {}

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from torch_geometric.datasets import TUDataset
 
 from fgl_ray.data.datasets import DATASETS, SYNTHETIC, available_offline
-from fgl_ray.data.features import align_features
+from fgl_ray.data.features import align_features, shared_svd_features
 from fgl_ray.data.longtail import apply_imbalance, global_class_counts  # also registers the LT datasets
 from fgl_ray.data.partition import PARTITIONERS, PRESETS, PartitionParams, build_clients, union_graph
 from fgl_ray.data.storage import resolve_cache_dir
@@ -37,7 +37,7 @@ def build_federated_data(config: ExperimentConfig) -> FederatedGraphData:
 
     Reads only ``dataset``, ``resolved_data_dir()``, ``partition``, ``num_clients``,
     ``clients_per_domain``, ``domain_ratios``, ``dirichlet_alpha``, ``resolved_split()``,
-    ``feature_dim``, ``data_seed``, ``synthetic`` and ``imbalance_ratio`` (long-tailed variants,
+    ``features``, ``feature_dim``, ``data_seed``, ``split_mode``, ``synthetic`` and ``imbalance_ratio`` (long-tailed variants,
     :mod:`fgl_ray.data.longtail`) from ``config``. ``meta["class_counts"]`` holds the global
     training nodes per class.
 
@@ -51,12 +51,16 @@ def build_federated_data(config: ExperimentConfig) -> FederatedGraphData:
         PartitionError: the partition settings do not fit the dataset.
     """
     loaded = load_domains(config)
-    domains = align_features(loaded, config.feature_dim, config.data_seed)
+    if config.features == "svd":
+        domains = shared_svd_features(loaded, config.feature_dim, config.data_seed)
+    else:
+        domains = align_features(loaded, config.feature_dim, config.data_seed)
     partitioner, params = _partition_settings(config, len(domains))
     graph = union_graph(domains)
     assignments = PARTITIONERS.get(partitioner)(graph, params)
     split = tuple(config.resolved_split())
-    clients = build_clients(graph, assignments, [domain.name for domain in domains], split, config.data_seed)
+    clients = build_clients(graph, assignments, [domain.name for domain in domains], split, config.data_seed,
+                            config.split_mode)
     num_classes = int(graph.y.max()) + 1
     clients = apply_imbalance(config.dataset, clients, num_classes, config.imbalance_ratio, config.data_seed)
     return FederatedGraphData(
@@ -71,6 +75,7 @@ def build_federated_data(config: ExperimentConfig) -> FederatedGraphData:
             "domain_nodes": {domain.name: domain.data.num_nodes for domain in loaded},
             "raw_feature_dims": {domain.name: domain.data.num_features for domain in loaded},
             "features_aligned": any(a.data is not b.data for a, b in zip(domains, loaded)),
+            "features": config.features,
             "class_counts": global_class_counts(clients, num_classes).tolist(),
         },
     )

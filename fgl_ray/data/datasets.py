@@ -146,6 +146,7 @@ _add(DatasetSpec(
     "wikinet", "node", WIKIPEDIA_PAGES, SPLIT, partial(_load_wikipedia, WIKIPEDIA_PAGES),
     files=tuple(f"WikipediaNetwork/{page}/raw/{page}.npz" for page in WIKIPEDIA_PAGES),
     description="Wikipedia chameleon/squirrel/crocodile, 5 traffic classes, features aligned by SVD",
+    shared_features=False,
 ))
 for _name, _key in (("cora", "Cora"), ("citeseer", "CiteSeer")):
     _add(DatasetSpec(

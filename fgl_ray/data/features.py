@@ -44,6 +44,31 @@ def align_features(domains: Sequence[DomainGraph], dim: int, seed: int) -> list[
     return aligned
 
 
+def shared_svd_features(domains: Sequence[DomainGraph], dim: int, seed: int) -> list[DomainGraph]:
+    """Projects every domain onto one ``dim``-wide truncated SVD fitted on the union of all domains.
+
+    Unlike :func:`align_features`, the projection is shared, so column ``k`` means the same in
+    every domain; it needs domains whose raw features share coordinates (Twitch's games, one
+    vocabulary). Deterministic from ``seed`` (randomized SVD); signs fixed by scikit-learn.
+
+    Raises:
+        ValueError: the domains' feature widths differ.
+    """
+    widths = sorted({domain.data.num_features for domain in domains})
+    if len(widths) > 1:
+        raise ValueError(f"a shared SVD needs one feature width across domains, got widths {widths}")
+    union = sp.vstack([sp.csr_matrix(domain.data.x.numpy()) for domain in domains]).tocsr()
+    rank = min(dim, union.shape[0], union.shape[1] - 1)
+    svd = TruncatedSVD(n_components=rank, random_state=seed).fit(union)
+    projected = []
+    for domain in domains:
+        data = copy.copy(domain.data)
+        x = torch.from_numpy(svd.transform(sp.csr_matrix(domain.data.x.numpy())))
+        data.x = pad(x.float(), (0, dim - rank))
+        projected.append(DomainGraph(domain.name, data))
+    return projected
+
+
 def reduce_features(x: Tensor, dim: int, seed: int) -> Tensor:
     """Truncated SVD of ``x`` to ``dim`` columns, or zero-padding when ``x`` is too small.
 

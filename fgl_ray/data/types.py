@@ -24,6 +24,9 @@ class DatasetSpec:
             graphs (graph task); ``root`` is the PyG-layout folder, may be read-only.
         files: paths relative to ``root`` that must exist for an offline load.
         description: one line for ``fgl-ray datasets``.
+        needs_files: whether loading reads ``files`` (the synthetic generator does not).
+        shared_features: the domains' raw features share coordinates (one vocabulary), so a
+            single SVD can be fitted on their union (``features: svd``).
     """
 
     name: str
@@ -34,6 +37,7 @@ class DatasetSpec:
     files: tuple[str, ...] = ()
     description: str = ""
     needs_files: bool = True
+    shared_features: bool = True
 
 
 @dataclass

@@ -33,9 +33,24 @@ def _best_val(summary: Mapping[str, Any], metric: str) -> str:
     return f"{value} (round {best['round']})" if value is not None else MISSING
 
 
+def reference_rows(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Label -> scores of the label-only references (per-domain majority, best constant class) that
+    the first summary carries (runs compared in one table share their test set); empty if none."""
+    refs = next((s["references"] for s in summaries.values() if s.get("references")), None)
+    if refs is None:
+        return {}
+    best = refs["best_constant"]
+    return {"majority class per domain": refs["majority"], f"constant class {best['class']}": best}
+
+
+def _value(scores: Mapping[str, float] | None, metric: str) -> str:
+    return _percent((scores or {}).get(metric)) or MISSING
+
+
 def comparison_table(summaries: Mapping[str, Mapping[str, Any]], metric: str = "accuracy") -> str:
     """Formats one row per run: last-K "mean ± std" in percent per domain, AVG and ALL, and
-    the pooled test ``metric`` at the best-validation round.
+    the pooled test ``metric`` at the best-validation round; then the label-only references
+    (:func:`reference_rows`), which need no training.
 
     Args:
         summaries: run label -> the result of ``summarize`` (or the loaded ``summary.json``).
@@ -55,6 +70,11 @@ def comparison_table(summaries: Mapping[str, Mapping[str, Any]], metric: str = "
         ]
         for label, s in summaries.items()
     ]
+    rows += [
+        [label, *(_value(r["domains"].get(d), metric) for d in domains), _value(r[AVG_KEY], metric),
+         _value(r["all"], metric), MISSING]
+        for label, r in reference_rows(summaries).items()
+    ]
     columns = ["run", *domains, "AVG", "ALL", f"best-val ALL {metric}"]
     return pd.DataFrame(rows, columns=columns).to_string(index=False)
 
@@ -64,7 +84,9 @@ POOLED_METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "head_accuracy", 
 
 def pooled_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     """One row per run: last-K "mean ± std" in percent of every metric pooled over all clients
-    (accuracy, balanced accuracy, macro-F1 and, where recorded, head/medium/tail accuracy)."""
+    (accuracy, balanced accuracy, macro-F1 and, where recorded, head/medium/tail accuracy), then
+    the label-only references (head/medium/tail n/a)."""
     metrics = [m for m in POOLED_METRICS if any(m in s["all"] for s in summaries.values())]
     rows = [[label, *(_mean_std(s["all"].get(m)) for m in metrics)] for label, s in summaries.items()]
+    rows += [[label, *(_value(r["all"], m) for m in metrics)] for label, r in reference_rows(summaries).items()]
     return pd.DataFrame(rows, columns=["run", *metrics]).to_string(index=False)

@@ -73,26 +73,31 @@ class ClientRuntime:
             optimizer=build_optimizer(config, model), config=config, num_classes=num_classes, device=device,
         )
         self.algorithm.setup_client(self.ctx)
-
-    @property
-    def num_train(self) -> int:
-        return int(self.ctx.data.train_mask.sum())
+        self.trained = False
 
     def train(self, broadcast: Broadcast) -> ClientUpdate:
-        """Receives the server model, trains locally and returns the update."""
+        """Receives the server model, trains locally and returns the update.
+
+        With ``optimizer_state: reset`` (default) the local optimizer starts every round with
+        fresh state (no momentum buffers or Adam moments from the client's previous round), so
+        the update depends only on the received model, the data and the seed.
+        """
         if self.client_id in self.config.failures.get(broadcast.round, ()):
             raise SimulatedClientFailure(f"client {self.client_id} fails in round {broadcast.round} (config.failures)")
         started = time.perf_counter()
         torch.manual_seed(derive_seed(self.config.seed, broadcast.round, self.client_id))
+        if self.config.optimizer_state == "reset":
+            self.ctx.optimizer = build_optimizer(self.config, self.ctx.model)
         self.algorithm.receive(self.ctx, broadcast)
         before = trainable_vector(self.ctx.model)
         metrics = self.algorithm.local_train(self.ctx)
         after = trainable_vector(self.ctx.model)
         metrics["seconds"] = time.perf_counter() - started
+        self.trained = True
         return ClientUpdate(
             client_id=self.client_id,
             model_key=broadcast.model_key(self.client_id),
-            num_samples=self.num_train,
+            num_samples=self.algorithm.num_samples(self.ctx),
             update=((before - after) / self.config.lr).cpu(),
             buffers=buffer_vector(self.ctx.model),
             stats={k: v.detach().cpu() for k, v in self.algorithm.upload(self.ctx).items()},
@@ -100,8 +105,13 @@ class ClientRuntime:
         )
 
     def evaluate(self, broadcast: Broadcast) -> ClientEvaluation:
-        """Confusion matrices on every split of the model this client would use now."""
-        self.algorithm.receive(self.ctx, broadcast)
+        """Confusion matrices on every split of the model this client would use now.
+
+        ``evaluate: global`` loads the broadcast (aggregated) model first; ``local`` scores the
+        client's model as its last local training left it (the broadcast model before it ever trained).
+        """
+        if self.config.evaluate == "global" or not self.trained:
+            self.algorithm.receive(self.ctx, broadcast)
         logits = self.algorithm.predict(self.ctx)
         data = self.ctx.data
         predictions = logits.argmax(dim=-1)

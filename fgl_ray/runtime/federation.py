@@ -19,6 +19,7 @@ from fgl_ray.metrics import class_frequency_order
 from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_accuracy, plot_class_accuracy,
                              plot_learning_curves, plot_update_diagnostics, read_metrics, summarize,
                              write_manifest, write_summary)
+from fgl_ray.results.references import reference_scores
 from fgl_ray.runtime.records import round_rows
 from fgl_ray.runtime.server import RoundResult
 
@@ -83,6 +84,7 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     class_counts = training_class_counts(data)
     class_order = class_frequency_order(class_counts)
     last_test: np.ndarray | None = None
+    test_counts: dict[int, np.ndarray] = {}
     backend = open_backend(config, data)
     bar = tqdm(range(config.rounds), desc=run_id, unit="round", disable=not progress, leave=True)
     try:
@@ -92,6 +94,8 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
                 rows = round_rows(result, domain_of, config.diagnostics_fraction, class_order, config.class_group_cuts)
                 if result.evaluations:
                     last_test = sum(e.confusion["test"] for e in result.evaluations)
+                    for evaluation in result.evaluations:
+                        test_counts.setdefault(evaluation.client_id, evaluation.confusion["test"].sum(axis=1))
                 writer.write(rows)
                 if result.diagnostics:
                     save_diagnostics(run_dir, result)
@@ -109,6 +113,8 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
         backend.close()
     metrics = read_metrics(run_dir)
     summary = summarize(metrics, last_k=config.last_k)
+    if test_counts:
+        summary["references"] = reference_scores(test_counts, domain_of)
     write_summary(run_dir, summary)
     plot_learning_curves(metrics, run_dir / "learning_curves.png")
     if last_test is not None and (data.num_classes >= 3 if class_plot is None else class_plot):

@@ -45,3 +45,32 @@ def test_equal_widths_are_left_alone():
     domains = [_domain("a", 30, 20, 0), _domain("b", 40, 20, 1)]
     aligned = align_features(domains, 8, seed=0)
     assert all(a.data is b.data for a, b in zip(aligned, domains))
+
+
+def test_shared_svd_puts_every_domain_in_one_space():
+    import numpy as np
+
+    from fgl_ray.data.features import shared_svd_features
+
+    domains = [_domain("a", 80, 40, 0), _domain("b", 60, 40, 1)]
+    common_row = domains[0].data.x[3].clone()
+    domains[1].data.x[5] = common_row                      # the same raw features in both domains
+    projected = shared_svd_features(domains, 8, seed=0)
+    assert [d.data.x.shape for d in projected] == [(80, 8), (60, 8)]
+    torch.testing.assert_close(projected[0].data.x[3], projected[1].data.x[5])
+    # the columns of the projected union have the norms of the union's top singular values
+    union = torch.cat([d.data.x for d in domains]).numpy().astype(np.float64)
+    singular = np.linalg.svd(union, compute_uv=False)[:8]
+    norms = torch.cat([d.data.x for d in projected]).double().norm(dim=0).numpy()
+    np.testing.assert_allclose(norms, singular, rtol=1e-3)
+    again = shared_svd_features(domains, 8, seed=0)
+    assert all(torch.equal(p.data.x, q.data.x) for p, q in zip(projected, again))
+
+
+def test_shared_svd_refuses_different_widths():
+    import pytest
+
+    from fgl_ray.data.features import shared_svd_features
+
+    with pytest.raises(ValueError, match="one feature width"):
+        shared_svd_features([_domain("a", 30, 20, 0), _domain("b", 30, 10, 1)], 4, seed=0)

@@ -54,3 +54,16 @@ def test_pooled_table_shows_every_recorded_pooled_metric() -> None:
         assert _cell(summary["all"][metric]) in row
     # last two rounds: accuracy 0.4 and 0.5 -> 45.00 ± 5.00 (population std)
     assert "45.00 ± 5.00" in row
+
+
+def test_tables_end_with_the_label_only_references() -> None:
+    from fgl_ray.results.references import reference_scores
+
+    summary = _summary(0, ("DE", "EN"))
+    summary["references"] = reference_scores({0: np.array([3, 1]), 1: np.array([1, 4])}, {0: "DE", 1: "EN"})
+    lines = comparison_table({"fedavg": summary}).splitlines()
+    assert lines[-2].split()[:4] == ["majority", "class", "per", "domain"]
+    assert lines[-2].split()[4:6] == ["75.00", "80.00"]          # 3/4 on DE, 4/5 on EN
+    assert lines[-1].split()[:3] == ["constant", "class", "1"]   # AVG (1/4 + 4/5)/2 beats (3/4 + 1/5)/2
+    pooled = pooled_table({"fedavg": summary}).splitlines()
+    assert pooled[-1].split()[:4] == ["constant", "class", "1", "55.56"]   # 5 of 9 pooled

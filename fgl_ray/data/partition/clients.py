@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
 from fgl_ray.data.partition.base import PartitionError
-from fgl_ray.data.splits import client_generator, random_split_masks
+from fgl_ray.data.splits import client_generator, split_masks
 from fgl_ray.data.types import ClientGraph
 
 
@@ -20,6 +20,7 @@ def build_clients(
     domain_names: Sequence[str],
     split: tuple[float, float, float],
     seed: int,
+    split_mode: str = "random",
 ) -> list[ClientGraph]:
     """Builds one client per assignment; edges between clients are dropped.
 
@@ -33,6 +34,7 @@ def build_clients(
         domain_names: name of each domain index.
         split: train/val/test fractions.
         seed: the data seed.
+        split_mode: ``random`` or ``stratified`` (by class, :func:`~fgl_ray.data.splits.split_masks`).
 
     Raises:
         PartitionError: a client has no nodes.
@@ -48,15 +50,16 @@ def build_clients(
     majority = [int(torch.bincount(graph.domain[nodes]).argmax()) for nodes in assignments]
     order = sorted(range(len(assignments)), key=lambda index: majority[index])
     return [
-        _client(graph, assignments[index].sort().values, client_id, domain_names[majority[index]], split, seed)
+        _client(graph, assignments[index].sort().values, client_id, domain_names[majority[index]], split, seed,
+                split_mode)
         for client_id, index in enumerate(order)
     ]
 
 
 def _client(graph: Data, nodes: Tensor, client_id: int, domain: str,
-            split: tuple[float, float, float], seed: int) -> ClientGraph:
+            split: tuple[float, float, float], seed: int, split_mode: str) -> ClientGraph:
     edge_index, _ = subgraph(nodes, graph.edge_index, relabel_nodes=True, num_nodes=graph.num_nodes)
-    train, val, test = random_split_masks(nodes.numel(), split, client_generator(seed, client_id))
+    train, val, test = split_masks(graph.y[nodes], split, split_mode, client_generator(seed, client_id))
     data = Data(x=graph.x[nodes], edge_index=edge_index, y=graph.y[nodes],
                 train_mask=train, val_mask=val, test_mask=test)
     return ClientGraph(client_id=client_id, domain=domain, data=data)
