@@ -87,7 +87,7 @@ def run_method(dataset: str, label: str, algorithm: str, options: dict, data, ar
         result = run_experiment(config, data, progress=False)
         pooled = result.summary["all"]
         scores.append({metric: pooled.get(metric, {}).get("mean") for _, metric in COLUMNS}
-                      | {"run_dir": str(result.run_dir)})
+                      | {"run_dir": str(result.run_dir), "references": result.summary.get("references")})
         print(f"{dataset} | {label} | seed {seed}: bAcc {pooled['balanced_accuracy']['mean']:.4f} "
               f"F1 {pooled['macro_f1']['mean']:.4f} ({time.perf_counter() - started:.0f} s)", flush=True)
     return scores
@@ -100,11 +100,21 @@ def cell(values: list) -> str:
     return f"{100 * np.mean(values):.2f}±{100 * np.std(values):.2f}"
 
 
+def reference_line(results: dict[str, list[dict]]) -> list[str]:
+    """The majority-class predictor of the pooled test set (label-only; head/medium/tail n/a)."""
+    refs = next((s[0]["references"] for s in results.values() if s and s[0].get("references")), None)
+    if refs is None:
+        return []
+    pooled = refs["majority"]["all"]
+    values = [f"{100 * pooled[m]:.2f}" if m in pooled else "–" for _, m in COLUMNS]
+    return ["| *majority class (label-only reference)* | " + " | ".join(values) + " |"]
+
+
 def table(dataset: str, results: dict[str, list[dict]]) -> str:
     header = f"| {dataset} | " + " | ".join(name for name, _ in COLUMNS) + " |\n|---|" + "---|" * len(COLUMNS) + "\n"
     lines = [f"| {label} | " + " | ".join(cell([s[m] for s in scores]) for _, m in COLUMNS) + " |"
              for label, scores in results.items()]
-    return header + "\n".join(lines) + "\n"
+    return header + "\n".join(lines + reference_line(results)) + "\n"
 
 
 def class_figure(dataset: str, results: dict[str, list[dict]], out: Path) -> Path | None:
@@ -140,6 +150,8 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print the tables without touching RESULTS.md")
     parser.add_argument("--results-file", type=Path, default=None,
                         help="write the marked sections into this markdown file instead of benchmarks/RESULTS.md")
+    parser.add_argument("--section-suffix", default="",
+                        help="write the sections fedepd-main<suffix> and fedepd-ablation<suffix>")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     main_tables, ablation_tables = [], []
@@ -170,7 +182,9 @@ def main() -> None:
                                        else run_method(dataset, label, algorithm, options, data, args))
                 ablation_tables.append(table(dataset, ablation))
     command = shlex.join(["python", "benchmarks/fedepd.py", *sys.argv[1:]])
-    note = (f"Command: `{command}` ({args.rounds} rounds, {args.seeds} seed(s), IR {args.imbalance_ratio}; pooled "
+    note = (f"Command: `{command}` ({args.rounds} rounds, {args.seeds} seed(s), IR {args.imbalance_ratio}; the "
+            f"protocol defaults (optimizer state reset each round, FedEPD clients weighted by |V_k|, evaluation of "
+            f"the global model, random splits); pooled "
             f"test scores in %, each run averaged over its last {min(20, args.rounds)} rounds, then mean±std over "
             f"seeds; head/medium/tail = thirds of the classes by global training count; run folders and "
             f"per-class plots under `{args.out}`)\n\n")
@@ -179,9 +193,9 @@ def main() -> None:
     print(main_body)
     print(ablation_body)
     if not args.no_write:
-        replace_section("fedepd-main", main_body, args.results_file)
+        replace_section(f"fedepd-main{args.section_suffix}", main_body, args.results_file)
         if ablation_tables:
-            replace_section("fedepd-ablation", ablation_body, args.results_file)
+            replace_section(f"fedepd-ablation{args.section_suffix}", ablation_body, args.results_file)
 
 
 if __name__ == "__main__":

@@ -2,15 +2,21 @@
 
 Each run is a whole federation (Ray backend by default, ``--backend local`` in-process) with
 the paper's preset (PMLP-GCN, SGD lr 0.05, momentum 0.9, weight decay 1e-5, 5 local
-iterations) and the update diagnostics on. The table cells are test accuracy in percent: with
+iterations) and the update diagnostics on. The table cells are test scores in percent: with
 one seed, mean ± std over the last 20 rounds; with ``--seeds N``, mean ± std over the seeds of
-each run's last-20-round mean. AVG is the unweighted mean over domains, as in the paper. The
-tables replace a marked section of ``benchmarks/RESULTS.md``.
+each run's last-20-round mean. AVG is the unweighted mean over domains, as in the paper; the
+AVG balanced accuracy and macro-F1 are averaged the same way; "best-val AVG" is the AVG test
+accuracy at the round of highest pooled validation accuracy. Below each table: the label-only
+references of the same test set (each class predicted everywhere; each domain's majority
+class). Every run also keeps its per-round, per-domain test confusion matrices
+(``test_confusions.npz``) for the prediction analyses. The tables replace a marked section of
+``benchmarks/RESULTS.md``; ``<out>/<section>.json`` keeps the per-seed figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import sys
@@ -28,6 +34,7 @@ from fgl_ray.runtime.ray_backend import ray_session
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BASES = {"fedavg": "FedAvg", "fedprox": "FedProx"}
+AVG_METRICS = (("AVG bAcc", "balanced_accuracy"), ("AVG F1", "macro_f1"))
 
 
 def cell(stats: Mapping[str, float] | None) -> str:
@@ -36,53 +43,132 @@ def cell(stats: Mapping[str, float] | None) -> str:
     return f"{100 * stats['mean']:.2f}±{100 * stats['std']:.2f}"
 
 
-def over_seeds(summaries: Sequence[Mapping], domain: str | None) -> Mapping[str, float] | None:
-    """One run: its last-20 mean ± std. Several seeds: mean ± std over seeds of each run's last-20 mean."""
-    values = [(s["avg_over_domains"] if domain is None else s["domains"].get(domain, {})).get("accuracy")
-              for s in summaries]
-    if any(v is None for v in values):
+def over_seeds(values: Sequence[Mapping | float | None]) -> Mapping[str, float] | None:
+    """One run: its last-20 ``{mean, std}``. Several: mean ± std over seeds of each run's mean (or value)."""
+    if not values or any(v is None for v in values):
         return None
     if len(values) == 1:
-        return values[0]
-    means = np.array([v["mean"] for v in values])
+        return values[0] if isinstance(values[0], Mapping) else {"mean": values[0], "std": 0.0}
+    means = np.array([v["mean"] if isinstance(v, Mapping) else v for v in values])
     return {"mean": float(means.mean()), "std": float(means.std())}
+
+
+def domain_stats(summary: Mapping, domain: str | None, metric: str = "accuracy") -> Mapping | None:
+    """A run's last-K stats of ``metric`` on ``domain`` (None: the average over domains)."""
+    return (summary["avg_over_domains"] if domain is None else summary["domains"].get(domain, {})).get(metric)
+
+
+def best_val_avg(summary: Mapping) -> float | None:
+    best = summary.get("best_validation")
+    return best["avg_over_domains"].get("accuracy") if best else None
+
+
+def save_confusions(run_dir: Path, domains: Sequence[str], domain_of: Mapping[int, str]):
+    """An ``on_round`` callback collecting per-domain pooled test confusion matrices; call its
+    ``write()`` after the run."""
+    rounds, matrices = [], []
+
+    def collect(result, _rows) -> None:
+        if result.evaluations:
+            per_domain = {d: 0 for d in domains}
+            for evaluation in result.evaluations:
+                per_domain[domain_of[evaluation.client_id]] += evaluation.confusion["test"]
+            rounds.append(result.round)
+            matrices.append(np.stack([per_domain[d] for d in domains]))
+
+    def write() -> None:
+        np.savez_compressed(Path(run_dir) / "test_confusions.npz", rounds=np.array(rounds),
+                            domains=np.array(domains), confusions=np.stack(matrices))
+
+    collect.write = write
+    return collect
+
+
+def run_name(preset: str, algorithm: str, aggregator: str, seed: int, args) -> str:
+    lr = "" if args.lr is None else f"-lr{args.lr:g}"
+    return f"{preset}-{args.features}-{args.optimizer_state}{lr}-{algorithm}-{aggregator}-s{seed}"
+
+
+def run_one(preset: str, algorithm: str, aggregator: str, options: Mapping, seed: int, data, args) -> dict:
+    """One federation (or the summary of an identical finished one under ``--out``)."""
+    name = run_name(preset, algorithm, aggregator, seed, args)
+    folder = args.out / name
+    if args.reuse and (folder / "summary.json").is_file() and (folder / "test_confusions.npz").is_file():
+        print(f"{preset} {name}: reused {folder}", flush=True)
+        return json.loads((folder / "summary.json").read_text())
+    values = {"preset": preset, "algorithm": algorithm, "aggregator": aggregator, "aggregator_options": dict(options),
+              "rounds": args.rounds, "diagnostics": True, "seed": seed, "backend": args.backend,
+              "torch_threads": args.torch_threads, "output_dir": args.out, "run_name": name,
+              "features": args.features, "optimizer_state": args.optimizer_state}
+    if args.lr is not None:
+        values["lr"] = args.lr
+    config = load_config(values)
+    collector = save_confusions(folder, data.domains, {g.client_id: g.domain for g in data.clients})
+    started = time.perf_counter()
+    result = run_experiment(config, data, progress=False, on_round=collector)
+    collector.write()
+    print(f"{preset} {name}: AVG {cell(result.summary['avg_over_domains'].get('accuracy'))} "
+          f"({(time.perf_counter() - started) / 60:.1f} min) -> {result.run_dir}", flush=True)
+    return result.summary
 
 
 def run_setting(preset: str, pairs: Mapping[str, tuple[float, float]], args) -> list[tuple]:
     """Runs every base method with the mean aggregator and with FedIA at its (rho, beta), per seed."""
     rows = []
-    data = build_federated_data(load_config({"preset": preset}))
+    data = build_federated_data(load_config({"preset": preset, "features": args.features}))
     for algorithm, (rho, beta) in pairs.items():
         if args.algorithms and algorithm not in args.algorithms:
             continue
         for label, aggregator, options in ((BASES[algorithm], "mean", {}),
-                                           (f"{BASES[algorithm]} + FedIA (ρ={rho}, β={beta})", "fedia", {"rho": rho, "beta": beta})):
-            summaries = []
-            for seed in range(args.seeds):
-                config = load_config({"preset": preset, "algorithm": algorithm, "aggregator": aggregator,
-                                      "aggregator_options": options, "rounds": args.rounds, "diagnostics": True,
-                                      "seed": seed, "backend": args.backend, "torch_threads": args.torch_threads,
-                                      "output_dir": args.out, "run_name": f"{preset}-{algorithm}-{aggregator}-s{seed}"})
-                started = time.perf_counter()
-                result = run_experiment(config, data, progress=False)
-                minutes = (time.perf_counter() - started) / 60
-                print(f"{preset} {label} seed {seed}: AVG {cell(result.summary['avg_over_domains'].get('accuracy'))} "
-                      f"({minutes:.1f} min) -> {result.run_dir}", flush=True)
-                summaries.append(result.summary)
+                                           (f"{BASES[algorithm]} + FedIA (ρ={rho}, β={beta})", "fedia",
+                                            {"rho": rho, "beta": beta})):
+            summaries = [run_one(preset, algorithm, aggregator, options, seed, data, args)
+                         for seed in range(args.seeds)]
             rows.append((label, summaries))
     return rows
 
 
+def reference_lines(references: Mapping, order: Sequence[str]) -> list[str]:
+    """Table rows of the label-only references (no spread: they do not depend on the seed)."""
+    def value(scores, metric="accuracy"):
+        return "n/a" if scores is None else f"{100 * scores[metric]:.2f}"
+
+    labelled = [(f"*constant class {c}*", refs) for c, refs in references["constant"].items()]
+    labelled.append(("*majority class per domain*", references["majority"]))
+    return [f"| {label} | " + " | ".join(value(refs["domains"].get(d)) for d in order)
+            + f" | {value(refs['avg_over_domains'])} | "
+            + " | ".join(value(refs["avg_over_domains"], m) for _, m in AVG_METRICS) + " | – |"
+            for label, refs in labelled]
+
+
 def markdown_table(preset: str, rows: Sequence[tuple], paper: Mapping[str, Sequence[str]], order: Sequence[str]) -> str:
-    header = f"| {preset} | " + " | ".join(order) + " | AVG |\n|---|" + "---|" * (len(order) + 1) + "\n"
+    extra = [name for name, _ in AVG_METRICS] + ["best-val AVG"]
+    header = (f"| {preset} | " + " | ".join(order) + " | AVG | " + " | ".join(extra) + " |\n|---|"
+              + "---|" * (len(order) + 1 + len(extra)) + "\n")
     lines = []
     for label, summaries in rows:
-        cells = [cell(over_seeds(summaries, d)) for d in order]
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {cell(over_seeds(summaries, None))} |")
+        cells = [cell(over_seeds([domain_stats(s, d) for s in summaries])) for d in (*order, None)]
+        cells += [cell(over_seeds([domain_stats(s, None, m) for s in summaries])) for _, m in AVG_METRICS]
+        cells.append(cell(over_seeds([best_val_avg(s) for s in summaries])))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
         paper_row = paper.get(label.split(" (")[0])
         if paper_row:
-            lines.append(f"| *paper: {label.split(' (')[0]}* | " + " | ".join(paper_row) + " |")
+            lines.append(f"| *paper: {label.split(' (')[0]}* | " + " | ".join(paper_row) + " |" + " |" * len(extra))
+    references = rows[0][1][0].get("references") if rows else None
+    if references:
+        lines += reference_lines(references, order)
     return header + "\n".join(lines) + "\n"
+
+
+def gains(rows: Sequence[tuple]) -> str:
+    """Per-seed change of AVG accuracy, base -> base + FedIA."""
+    lines = []
+    for (base, base_runs), (label, fedia_runs) in zip(rows[::2], rows[1::2]):
+        deltas = [100 * (domain_stats(f, None)["mean"] - domain_stats(b, None)["mean"])
+                  for b, f in zip(base_runs, fedia_runs)]
+        per_seed = ", ".join(f"{d:+.2f}" for d in deltas)
+        lines.append(f"- {label.split(' (')[0]} − {base}: {np.mean(deltas):+.2f} AVG points (per seed: {per_seed})")
+    return "\n".join(lines) + "\n"
 
 
 def replace_section(name: str, body: str, results: Path | None = None) -> None:
@@ -99,29 +185,43 @@ def replace_section(name: str, body: str, results: Path | None = None) -> None:
     results.write_text(text)
 
 
+def section_name(section: str, args) -> str:
+    lr = "" if args.lr is None else f"-lr{args.lr:g}"
+    return f"{section}-{args.optimizer_state}-{args.features}{lr}-seeds{args.seeds}"
+
+
 def main(section: str, settings: Mapping[str, Mapping[str, tuple[float, float]]], order: Sequence[str],
          paper: Mapping[str, Mapping[str, Sequence[str]]], command: str) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=200)
-    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1; N > 1 writes the section <name>-seedsN")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1")
     parser.add_argument("--algorithms", nargs="+", choices=sorted(BASES), default=None, help="default: all")
     parser.add_argument("--presets", nargs="+", choices=sorted(settings), default=None, help="default: all")
+    parser.add_argument("--features", choices=("raw", "svd"), default="raw", help="the config's `features`")
+    parser.add_argument("--optimizer-state", choices=("reset", "keep"), default="reset")
+    parser.add_argument("--lr", type=float, default=None, help="override the preset's learning rate (0.05)")
     parser.add_argument("--backend", choices=("ray", "local"), default="ray")
     parser.add_argument("--torch-threads", type=int, default=None)
+    parser.add_argument("--reuse", action="store_true", help="reuse finished runs of the same name under --out")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/fedia"))
     parser.add_argument("--results-file", type=Path, default=RESULTS, help="the Markdown file to write the section to")
     args = parser.parse_args()
-    tables = []
+    tables, record = [], {}
     with ray_session() if args.backend == "ray" else nullcontext():
         for preset, pairs in settings.items():
             if args.presets and preset not in args.presets:
                 continue
             rows = run_setting(preset, pairs, args)
-            tables.append(markdown_table(preset, rows, paper.get(preset, {}), order))
+            tables.append(markdown_table(preset, rows, paper.get(preset, {}), order) + "\n" + gains(rows))
+            record[preset] = {label: summaries for label, summaries in rows}
+    name = section_name(section, args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{name}.json").write_text(json.dumps(record, default=str))
     spread = ("mean±std over the last 20 rounds" if args.seeds == 1 else
               f"mean±std over seeds 0–{args.seeds - 1} of each run's last-20-round mean")
     flags = shlex.join(sys.argv[1:])
-    body = (f"Command: `{command}{' ' + flags if flags else ''}` ({args.rounds} rounds; test accuracy %, {spread}; "
-            f"run folders under `{args.out}`)\n\n" + "\n".join(tables))
-    replace_section(section if args.seeds == 1 else f"{section}-seeds{args.seeds}", body, args.results_file)
+    body = (f"Command: `{command}{' ' + flags if flags else ''}` ({args.rounds} rounds; features `{args.features}`, "
+            f"optimizer state `{args.optimizer_state}`, lr {args.lr or 'of the preset (0.05)'}, evaluation of the "
+            f"global model; test %, {spread}; run folders under `{args.out}`)\n\n" + "\n".join(tables))
+    replace_section(name, body, args.results_file)
     print(body)

@@ -2,7 +2,8 @@
 
 From the stacked client updates of one round: the pairwise Jaccard overlap of each client's
 top-p% coordinates by |u_k| (Eq. 2; random-set reference p / (2 - p)), each client's cosine
-to the ordinary (sample-weighted) average update, and the pairwise signed cosine.
+to the ordinary (sample-weighted) average update, the pairwise signed cosine, and the
+active share of Eqs. 3-4 (signal dilution).
 """
 
 from __future__ import annotations
@@ -52,3 +53,34 @@ def mean_off_diagonal(matrix: Tensor) -> float:
     if k < 2:
         return math.nan
     return float((matrix.sum() - matrix.diagonal().sum()) / (k * (k - 1)))
+
+
+def active_share(updates: Tensor, weights: Tensor, fraction: float = 0.05) -> dict[str, Tensor]:
+    """Signal dilution (Eqs. 3-4): how much base weight sits on the clients active on a coordinate.
+
+    A coordinate ``d`` is active for client ``k`` when it is among ``k``'s top-``fraction``
+    coordinates by ``|u_k|`` (the supports of :func:`jaccard_overlap`); with base weights ``q``,
+    ``r_d = sum_{k active on d} q_k`` (active share), ``mu_d = (1/r_d) sum_{k active} q_k u_{k,d}``
+    (active-client mean) and ``ubar_d = sum_k q_k u_{k,d} ~ r_d mu_d``. Per client, each is averaged
+    over that client's own top coordinates, so a domain's figures are its clients' means.
+
+    Args:
+        updates: stacked client updates ``[K, P]``.
+        weights: base aggregation weights ``q`` ``[K]`` (sample weights).
+        fraction: the top fraction ``p``.
+
+    Returns:
+        ``{"active_share", "active_mean_abs", "aggregate_abs"}``, each ``[K]`` (float64).
+    """
+    salient = top_fraction_masks(updates, fraction).double()
+    u, q = updates.double(), weights.double()
+    share = q @ salient                                                   # r_d
+    active_sum = (q[:, None] * salient * u).sum(dim=0)
+    active_mean = torch.where(share > 0, active_sum / share.clamp(min=1e-300), torch.zeros_like(share))
+    aggregate = q @ u
+    per_client = salient / salient.sum(dim=1, keepdim=True)              # mean over each client's support
+    return {
+        "active_share": per_client @ share,
+        "active_mean_abs": per_client @ active_mean.abs(),
+        "aggregate_abs": per_client @ aggregate.abs(),
+    }

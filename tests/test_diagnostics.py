@@ -33,3 +33,44 @@ def test_cosines_signs_and_aggregate_projection():
     assert cosine[0, 2] == -1 and cosine[0, 1] == 0 and cosine[1, 1] == 1
     to_mean = cosine_to_aggregate(updates, torch.tensor([0.5, 0.5, 0.0]))
     torch.testing.assert_close(to_mean, torch.tensor([1, 1, -1], dtype=torch.float64) / math.sqrt(2))
+
+
+def test_active_share_by_hand():
+    from fgl_ray.diagnostics import active_share
+
+    # 3 clients, 10 coordinates, top 20% = 2 coordinates each; weights 0.5 / 0.3 / 0.2
+    updates = torch.zeros(3, 10)
+    updates[0, [0, 1]] = torch.tensor([5.0, -4.0])   # support {0, 1}
+    updates[1, [1, 2]] = torch.tensor([-2.0, 6.0])   # support {1, 2}
+    updates[2, [7, 8]] = torch.tensor([-1.0, 2.0])   # support {7, 8}
+    q = torch.tensor([0.5, 0.3, 0.2])
+    found = active_share(updates, q, 0.2)
+    # r: coord 0 -> 0.5, coord 1 -> 0.8, coord 2 -> 0.3, coords 7/8 -> 0.2
+    expected_share = torch.tensor([(0.5 + 0.8) / 2, (0.8 + 0.3) / 2, 0.2], dtype=torch.float64)
+    torch.testing.assert_close(found["active_share"], expected_share)
+    # active-client means: coord 0 = 5, coord 1 = (0.5*-4 + 0.3*-2)/0.8, coord 2 = 6, coords 7/8 = -1, 2
+    mu1 = abs((0.5 * -4 + 0.3 * -2) / 0.8)
+    torch.testing.assert_close(found["active_mean_abs"],
+                               torch.tensor([(5 + mu1) / 2, (mu1 + 6) / 2, 1.5], dtype=torch.float64))
+    # the ordinary aggregate is diluted by exactly the share on every coordinate here: ubar_d = r_d mu_d
+    ubar = (q[:, None].double() * updates.double()).sum(0).abs()
+    torch.testing.assert_close(found["aggregate_abs"],
+                               torch.stack([ubar[[0, 1]].mean(), ubar[[1, 2]].mean(), ubar[[7, 8]].mean()]))
+
+
+def test_fedia_records_diagnostic_rows_per_domain_and_the_aggregation_weights(tmp_path):
+    from fgl_ray.config import load_config
+    from fgl_ray.results import read_metrics
+    from fgl_ray.runtime import run_experiment
+
+    config = load_config(dict(dataset="synthetic", clients_per_domain=2, hidden=8, rounds=2, local_epochs=1,
+                              torch_threads=1, backend="local", output_dir=tmp_path, diagnostics=True,
+                              aggregator="fedia",
+                              synthetic={"num_domains": 2, "nodes_per_domain": 60, "num_features": 6}))
+    metrics = read_metrics(run_experiment(config, progress=False).run_dir)
+    domains = metrics[(metrics.client_id == "server") & (metrics.metric == "active_share")]
+    assert sorted(domains.domain.unique()) == ["syn-0", "syn-1"] and domains.value.between(0, 1).all()
+    weights = metrics[(metrics.split == "aggregation") & (metrics.metric == "client_weight")]
+    assert weights.groupby("round").value.sum().round(9).eq(1.0).all()          # FedIA's alpha sums to 1
+    top = metrics[metrics.metric == "max_client_weight"].set_index("round").value
+    assert (top == weights.groupby("round").value.max()).all()

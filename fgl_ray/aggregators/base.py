@@ -19,15 +19,22 @@ AGGREGATORS: Registry[type["Aggregator"]] = Registry("aggregator")
 
 
 class Aggregator:
-    """Base class; subclasses define ``Options`` and ``aggregate``."""
+    """Base class; subclasses define ``Options`` and ``aggregate``.
+
+    After each :meth:`aggregate`, ``last_weights`` holds the weight each participating client's
+    update received (in the order of ``client_ids``), recorded per round for the diagnostics.
+    """
 
     class Options(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __init__(self, options: BaseModel, layout: ParamLayout, client_ids: Sequence[int]) -> None:
+    def __init__(self, options: BaseModel, layout: ParamLayout, client_ids: Sequence[int],
+                 local_steps: int = 1) -> None:
         self.options = options
         self.layout = layout
         self.client_ids = list(client_ids)
+        self.local_steps = local_steps
+        self.last_weights: Tensor | None = None
 
     def aggregate(self, weights: Tensor, updates: Tensor, num_samples: Tensor, client_ids: Sequence[int],
                   lr: float) -> Tensor:
@@ -52,7 +59,9 @@ def sample_weights(num_samples: Tensor) -> Tensor:
     return counts / total
 
 
-def build_aggregator(name: str, options: dict, layout: ParamLayout, client_ids: Sequence[int]) -> Aggregator:
-    """Builds the registered aggregator ``name`` with validated ``options``."""
+def build_aggregator(name: str, options: dict, layout: ParamLayout, client_ids: Sequence[int],
+                     local_steps: int = 1) -> Aggregator:
+    """Builds the registered aggregator ``name`` with validated ``options``; ``local_steps`` is
+    the number of local optimizer steps behind each update (``local_epochs``)."""
     cls = AGGREGATORS.get(name)
-    return cls(cls.Options(**options), layout, client_ids)
+    return cls(cls.Options(**options), layout, client_ids, local_steps)

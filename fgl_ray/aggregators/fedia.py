@@ -32,6 +32,12 @@ descent-convention updates ``u_k = -(W_k - W) / eta`` and parameter groups ``G_m
 
   Unselected coordinates get no update this round, exactly as in the paper.
 
+Score scale (``score_scale``): Eq. 6 has no temperature, so the sharpness of ``p`` depends on the
+units of ``u_k``. ``"update"`` (default, the paper) scores the descent update as sent, the sum of
+the ``E`` local steps; ``"per_step"`` divides it by ``E`` before the softmax, as the authors' code
+does by uploading the gradient averaged over the local steps (its ``p`` is flatter). Only the
+scores change: the step of Eq. 8 always uses the updates as sent.
+
 Readings: ``mask_scope="layer"`` (default) ranks within each parameter group as the paper's
 equations do; ``mask_scope="global"`` ranks all ``P`` coordinates at once and keeps
 ``ceil(rho * P)``, as the authors' public code does (``group_by`` is then irrelevant). Groups are
@@ -82,9 +88,13 @@ class FedIAAggregator(Aggregator):
             "layer", description="rank per parameter group (paper) or over all coordinates (authors' code)")
         group_by: Literal["tensor", "module"] = Field(
             "tensor", description="parameter groups: each trainable tensor, or each module")
+        score_scale: Literal["update", "per_step"] = Field(
+            "update", description="softmax scores of the update as sent (paper), or of the update divided by "
+                                  "the local steps E (the authors' code uploads the mean gradient)")
 
-    def __init__(self, options: "FedIAAggregator.Options", layout: ParamLayout, client_ids: Sequence[int]) -> None:
-        super().__init__(options, layout, client_ids)
+    def __init__(self, options: "FedIAAggregator.Options", layout: ParamLayout, client_ids: Sequence[int],
+                 local_steps: int = 1) -> None:
+        super().__init__(options, layout, client_ids, local_steps)
         if not self.client_ids:
             raise ValueError("FedIA needs at least one client")
         self._position = {cid: i for i, cid in enumerate(self.client_ids)}
@@ -130,6 +140,8 @@ class FedIAAggregator(Aggregator):
 
         mask = self.mask(updates)
         scores = torch.linalg.vector_norm(updates[:, mask].double(), dim=1)        # Eq. 6
+        if self.options.score_scale == "per_step":
+            scores = scores / self.local_steps
         p = torch.softmax(scores, dim=0)
         smoothed = self.options.beta * self.alpha[index] + (1.0 - self.options.beta) * p  # Eq. 7
         total = smoothed.sum()
@@ -137,7 +149,7 @@ class FedIAAggregator(Aggregator):
         self.alpha[index] = alpha
 
         step = (alpha.to(updates.dtype) @ updates) * mask                          # Eq. 8
-        self.last_mask, self.last_scores, self.last_softmax = mask, scores, p
+        self.last_mask, self.last_scores, self.last_softmax, self.last_weights = mask, scores, p, alpha
         return weights - lr * step.to(weights.dtype)
 
     def state_dict(self) -> dict:

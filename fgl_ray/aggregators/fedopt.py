@@ -49,8 +49,9 @@ class FedOptAggregator(Aggregator):
         def v0(self) -> float:
             return self.tau ** 2 if self.initial_v is None else self.initial_v
 
-    def __init__(self, options: "FedOptAggregator.Options", layout: ParamLayout, client_ids: Sequence[int]) -> None:
-        super().__init__(options, layout, client_ids)
+    def __init__(self, options: "FedOptAggregator.Options", layout: ParamLayout, client_ids: Sequence[int],
+                 local_steps: int = 1) -> None:
+        super().__init__(options, layout, client_ids, local_steps)
         self.m = torch.zeros(layout.size, dtype=torch.float64)
         self.v = torch.full((layout.size,), options.v0, dtype=torch.float64)
         self.steps = 0
@@ -64,6 +65,7 @@ class FedOptAggregator(Aggregator):
         if updates.dim() != 2 or updates.shape[1] != self.m.numel():
             raise ValueError(f"updates of shape {tuple(updates.shape)}; expected [K, {self.m.numel()}]")
         q = sample_weights(num_samples)
+        self.last_weights = q
         delta = -lr * (q @ updates.double())
         o = self.options
         self.m = o.beta1 * self.m + (1.0 - o.beta1) * delta

@@ -16,4 +16,5 @@ class MeanAggregator(Aggregator):
     def aggregate(self, weights: Tensor, updates: Tensor, num_samples: Tensor, client_ids: Sequence[int],
                   lr: float) -> Tensor:
         q = sample_weights(num_samples).to(updates.dtype)
+        self.last_weights = q
         return weights - lr * (q @ updates)

@@ -9,7 +9,7 @@ FedAvg, so an algorithm overrides only what it changes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
@@ -51,8 +51,9 @@ class Algorithm:
     class Options(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: Clients keep their own model between rounds instead of loading the server's.
-    personalized: ClassVar[bool] = False
+    #: Clients keep their own model between rounds instead of loading the server's (an
+    #: algorithm whose options decide it sets the attribute per instance).
+    personalized: bool = False
 
     def __init__(self, options: BaseModel, config: "ExperimentConfig") -> None:
         self.options = options

@@ -19,7 +19,9 @@ Client ``k`` (Algorithm 2), with the pure tensor pieces in :mod:`fgl_ray.algorit
   elites and the elite counts (Eq. 7): ``elite_sums [C, d]``, ``elite_counts [C]``, nothing
   node-level.
 
-Server (Algorithm 1): sample-weighted model average (the configured aggregator), and
+Server (Algorithm 1): model average weighted by each client's node count ``|V_k|`` (the
+configured aggregator; ``client_weight="train_nodes"`` weights by training nodes as the authors'
+code does, which differs on the long-tailed variants, whose training nodes are down-sampled), and
 ``p^c = sum_k u_k^c / sum_k m_k^c`` over the clients that have class ``c`` (Eq. 8,
 :func:`~fgl_ray.algorithms.prototypes.merge_prototypes`); a class no participant holds this
 round keeps its previous prototype. Broadcast: ``prototypes [C, d]`` and ``present [C]``.
@@ -117,6 +119,9 @@ class FedEPD(Algorithm):
         consensus: bool = Field(True, description="ablation switch: elite prototypes and their injection")
         purification: bool = Field(True, description="ablation switch: Dirichlet-energy edge pruning")
         recalibration: bool = Field(True, description="ablation switch: stage 2 and the logit adjustment")
+        client_weight: Literal["nodes", "train_nodes"] = Field(
+            "nodes", description="aggregation weight of a client: its node count |V_k| (paper, Algorithm 1) or its "
+                                 "training-node count (the authors' code)")
 
     # ------------------------------------------------------------------ client side
     def setup_client(self, ctx: ClientContext) -> None:
@@ -142,6 +147,12 @@ class FedEPD(Algorithm):
         if opts.consensus:
             elites = select_elites(edge_index, y, train, ctx.num_classes, opts.rho, opts.ppr_alpha, opts.ppr_steps)
             ctx.state["elites"] = elites.to(ctx.device)
+
+    def num_samples(self, ctx: ClientContext) -> int:
+        """``|V_k|`` (the paper's weight) or the training-node count (``client_weight``)."""
+        if self.options.client_weight == "nodes":
+            return int(ctx.data.num_nodes)
+        return super().num_samples(ctx)
 
     def graph(self, ctx: ClientContext) -> Tensor:
         """The edges this client trains and predicts on (purified unless ablated)."""

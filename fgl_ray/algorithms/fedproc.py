@@ -28,8 +28,8 @@ from typing import Optional
 from pydantic import Field
 from torch import Tensor
 
-from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
-from fgl_ray.algorithms.fedproto import FedProto
+from fgl_ray.algorithms.base import ALGORITHMS, ClientContext
+from fgl_ray.algorithms.fedproto import FedProto, PrototypeExchangeOptions
 from fgl_ray.algorithms.prototypes import prototype_contrastive_loss
 from fgl_ray.messages import Broadcast
 
@@ -43,7 +43,7 @@ def annealed_alpha(round_index: int, total_rounds: int) -> float:
 class FedProc(FedProto):
     """FedProto's prototype exchange with FedProc's annealed prototypical contrastive loss."""
 
-    class Options(Algorithm.Options):
+    class Options(PrototypeExchangeOptions):
         temperature: float = Field(0.5, gt=0.0, description="temperature tau of the contrastive loss")
         weight: float = Field(1.0, ge=0.0, description="scale of the prototypical contrastive loss")
         anneal_rounds: Optional[int] = Field(None, ge=1, description="T of alpha_t = 1 - t/T; default: rounds")

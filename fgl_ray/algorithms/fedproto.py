@@ -14,8 +14,9 @@ prototype of class ``c`` is the count-weighted mean over the clients that have c
 (:func:`~fgl_ray.algorithms.prototypes.merge_prototypes`; never averaging in the zero
 vectors of absent classes); a class that no participant of this round holds keeps its
 previous global prototype. The server broadcasts ``prototypes [C, hidden]`` and
-``present [C]``. Unlike the paper (which shares prototypes only), model weights are also
-aggregated by the configured aggregator, and prediction uses the classifier head.
+``present [C]``. By default model weights are also aggregated by the configured aggregator
+(as OpenFGL does); ``share_weights: false`` is the paper's form, which shares prototypes only:
+every client keeps and evaluates its own model. Prediction uses the classifier head.
 Default ``lam = 1`` (OpenFGL).
 """
 
@@ -33,12 +34,23 @@ from fgl_ray.algorithms.prototypes import class_means, merge_prototypes, trainin
 from fgl_ray.messages import ClientUpdate
 
 
+class PrototypeExchangeOptions(Algorithm.Options):
+    """Options of every prototype-exchange method (FedProto, FedProc)."""
+
+    share_weights: bool = Field(
+        True, description="also aggregate model weights (OpenFGL); false = prototypes only (the paper)")
+
+
 @ALGORITHMS.register("fedproto")
 class FedProto(Algorithm):
     """Prototype exchange; subclasses (FedProc) change only :meth:`objective`."""
 
-    class Options(Algorithm.Options):
+    class Options(PrototypeExchangeOptions):
         lam: float = Field(1.0, ge=0.0, description="weight lambda of the prototype regulariser")
+
+    def __init__(self, options: PrototypeExchangeOptions, config) -> None:
+        super().__init__(options, config)
+        self.personalized = not options.share_weights
 
     # ------------------------------------------------------------------ client side
     @staticmethod
@@ -89,8 +101,9 @@ class FedProto(Algorithm):
         self.present = torch.zeros(server.num_classes, dtype=torch.bool)
 
     def aggregate(self, server, updates: Sequence[ClientUpdate]) -> None:
-        """Configured weight aggregation, then the prototype merge."""
-        server.aggregate_with_aggregator(updates)
+        """Configured weight aggregation (unless prototypes only), then the prototype merge."""
+        if self.options.share_weights:
+            server.aggregate_with_aggregator(updates)
         entries = [(u.stats["prototypes"], u.stats["counts"]) for u in updates if "prototypes" in u.stats]
         if not entries:
             return

@@ -17,7 +17,7 @@ from fgl_ray.aggregators import build_aggregator
 from fgl_ray.aggregators.base import sample_weights
 from fgl_ray.algorithms import build_algorithm
 from fgl_ray.config import ExperimentConfig
-from fgl_ray.diagnostics import cosine_to_aggregate, jaccard_overlap, pairwise_cosine
+from fgl_ray.diagnostics import active_share, cosine_to_aggregate, jaccard_overlap, pairwise_cosine
 from fgl_ray.messages import (GLOBAL, Broadcast, ClientEvaluation, ClientFailure, ClientUpdate, ModelState,
                               PayloadError, check_update)
 from fgl_ray.params import ParamLayout, buffer_vector, trainable_vector
@@ -48,6 +48,7 @@ class RoundResult:
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
     diagnostics: dict[str, np.ndarray] = field(default_factory=dict)
+    aggregation_weights: dict[int, float] = field(default_factory=dict)
 
 
 class ServerRuntime:
@@ -66,7 +67,9 @@ class ServerRuntime:
         self.assignment: dict[int, str] = {}
         self.instructions: dict[int, dict] = {}
         self.algorithm = build_algorithm(config.algorithm, config.algorithm_options, config)
-        self.aggregator = build_aggregator(config.aggregator, config.aggregator_options, self.layout, self.client_ids)
+        self.aggregator = build_aggregator(config.aggregator, config.aggregator_options, self.layout, self.client_ids,
+                                           config.local_epochs)
+        self.aggregation_weights: dict[int, float] = {}
         embedding_dim = config.hidden if config.num_layers > 1 else num_features  # width of model.encode
         self.declared = self.algorithm.declared_stats(num_classes, embedding_dim)
         self.rng = np.random.default_rng(derive_seed(config.seed, -2))
@@ -83,6 +86,7 @@ class ServerRuntime:
         updates, failures = self._accept(answers)
         diagnostics = self._diagnostics(updates) if self.config.diagnostics and len(updates) > 1 else {}
         aggregated = len(updates) >= self.config.min_clients
+        self.aggregation_weights = {}
         if aggregated:
             self.algorithm.aggregate(self, updates)
             self._broadcast = None
@@ -96,16 +100,18 @@ class ServerRuntime:
             round=round_index, selected=list(selected), updates={u.client_id: u.metrics for u in updates},
             evaluations=evaluations, failures=failures, aggregated=aggregated, seconds=finished - started,
             timings={"train_seconds": trained - started, "evaluate_seconds": finished - trained},
-            diagnostics=diagnostics,
+            diagnostics=diagnostics, aggregation_weights=dict(self.aggregation_weights),
         )
 
     def _diagnostics(self, updates: Sequence[ClientUpdate]) -> dict[str, np.ndarray]:
         """FedIA Section 3.2 diagnostics over this round's accepted updates."""
         stacked = torch.stack([u.update for u in updates])
         weights = sample_weights(torch.tensor([u.num_samples for u in updates], dtype=torch.float64))
-        return {
+        fraction = self.config.diagnostics_fraction
+        dilution = {name: value.numpy() for name, value in active_share(stacked, weights, fraction).items()}
+        return dilution | {
             "client_ids": np.array([u.client_id for u in updates]),
-            "overlap": jaccard_overlap(stacked, self.config.diagnostics_fraction).numpy(),
+            "overlap": jaccard_overlap(stacked, fraction).numpy(),
             "pairwise_cosine": pairwise_cosine(stacked).numpy(),
             "cosine_to_aggregate": cosine_to_aggregate(stacked, weights).numpy(),
         }
@@ -140,13 +146,17 @@ class ServerRuntime:
 
     # ------------------------------------------------------------------ aggregation helpers
     def aggregate_with_aggregator(self, updates: Sequence[ClientUpdate]) -> None:
-        """Applies the aggregator per server model, and the sample-weighted mean to buffers."""
+        """Applies the aggregator per server model, and the sample-weighted mean to buffers; records
+        the weight each client's update received in ``aggregation_weights``."""
         for key in sorted({u.model_key for u in updates}):
             group = [u for u in updates if u.model_key == key]
             counts = torch.tensor([u.num_samples for u in group], dtype=torch.float64)
             current = self.models[key]
             params = self.aggregator.aggregate(current.params, torch.stack([u.update for u in group]), counts,
                                                [u.client_id for u in group], self.config.lr)
+            if self.aggregator.last_weights is not None:
+                self.aggregation_weights |= {u.client_id: float(w)
+                                             for u, w in zip(group, self.aggregator.last_weights)}
             buffers = current.buffers
             if buffers.numel():
                 buffers = (sample_weights(counts).to(buffers.dtype) @ torch.stack([u.buffers for u in group]))

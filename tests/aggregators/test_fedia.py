@@ -258,3 +258,23 @@ def test_state_dict_round_trip_continues_identically():
 def test_invalid_options_are_rejected(bad):
     with pytest.raises(ValidationError):
         build_aggregator("fedia", bad, TWO_LAYERS, [0])
+
+
+def test_per_step_scores_divide_the_masked_norms_by_the_local_steps_and_leave_the_step_alone():
+    u = torch.tensor([[3.0, 0.0, 0.0, 0.0, 4.0, 0.0],
+                      [0.0, 1.0, 0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    w = torch.zeros(6, dtype=torch.float64)
+    counts = torch.tensor([1.0, 1.0])
+    results = {}
+    for scale in ("update", "per_step"):
+        agg = build_aggregator("fedia", {"rho": 1.0, "beta": 0.0, "score_scale": scale}, TWO_LAYERS, [0, 1],
+                               local_steps=5)
+        new = agg.aggregate(w, u, counts, [0, 1], lr=1.0)
+        results[scale] = (agg.last_weights, new)
+    norms = [5.0, 1.0]
+    torch.testing.assert_close(results["update"][0], torch.tensor(softmax(norms), dtype=torch.float64))
+    torch.testing.assert_close(results["per_step"][0], torch.tensor(softmax([n / 5 for n in norms]),
+                                                                     dtype=torch.float64))
+    assert results["per_step"][0].max() < results["update"][0].max()           # flatter client weights
+    for scale, (alpha, new) in results.items():
+        torch.testing.assert_close(new, -(alpha @ u))                            # Eq. 8 on the updates as sent

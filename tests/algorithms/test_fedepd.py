@@ -182,3 +182,14 @@ def test_runs_three_rounds_in_process_and_clients_agree_on_the_global_model(make
     # client 2 lacks class 0; the other two hold every class, so every class has a prototype
     assert stats["present"].tolist() == [True, True, True]
     assert stats["prototypes"].shape == (NUM_CLASSES, HIDDEN)
+
+
+@pytest.mark.parametrize("weighting, count", [("nodes", lambda d: d.num_nodes),
+                                             ("train_nodes", lambda d: int(d.train_mask.sum()))])
+def test_clients_are_weighted_by_node_count_by_default(make_config, make_client, ring_graph, broadcast_of,
+                                                       weighting, count):
+    options = {} if weighting == "nodes" else {"client_weight": weighting}
+    graph = ring_graph(0)
+    client = make_client(make_config("fedepd", algorithm_options=options), graph)
+    update = client.train(broadcast_of(client.ctx.model))
+    assert update.num_samples == count(graph.data) != (graph.data.num_nodes if weighting == "train_nodes" else -1)

@@ -160,3 +160,16 @@ def test_representations_are_taken_in_the_training_phase_without_dropout(ring_gr
         # GCN: the training phase without dropout is the evaluation function; PMLP: it is not
         # (evaluation propagates), so prototypes and MOON targets must not use eval mode.
         assert torch.allclose(z, evaluated) == (name == "gcn")
+
+
+def test_prototypes_only_form_never_moves_the_global_model_but_still_merges(make_config, tiny_data, run_local):
+    config = make_config("fedproto", algorithm_options={"share_weights": False})
+    backend = run_local(config, tiny_data, rounds=0)
+    initial = backend.global_weights().clone()
+    for round_index in range(2):
+        backend.run_round(round_index)
+    assert torch.equal(backend.global_weights(), initial)
+    assert backend.server.algorithm.present.all()
+    weights = list(backend.client_weights().values())
+    assert not torch.equal(weights[0], weights[1])          # every client keeps its own model
+    assert all(not torch.equal(w, initial) for w in weights)
