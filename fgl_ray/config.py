@@ -32,6 +32,8 @@ class ExperimentConfig(BaseModel):
 
     # --- data
     dataset: str = Field("synthetic", description="dataset name (`fgl-ray datasets`)")
+    task: Optional[str] = Field(None, description="readout (node-classification | graph-classification, aliases "
+                                                  "node | graph); default: the dataset's own")
     data_dir: Optional[Path] = Field(None, description="dataset root; default $FGL_DATA_DIR or ~/.cache/fgl-ray/datasets")
     partition: str = Field("domain", description="partitioner or preset (`fgl-ray list`)")
     num_clients: int = Field(10, description="clients for louvain/random/label-dirichlet")
@@ -47,6 +49,8 @@ class ExperimentConfig(BaseModel):
     feature_dim: int = Field(128, description="truncated-SVD dimension when domain feature spaces differ")
     data_seed: int = Field(0, description="seed for generation, partition and splits")
     synthetic: dict[str, Any] = Field(default_factory=dict, description="options of the synthetic generator")
+    max_graphs: Optional[int] = Field(None, description="graph classification: keep this many graphs of each "
+                                                         "dataset after the seeded shuffle (GCFL's tiny sets: 150)")
     imbalance_ratio: int = Field(20, description="max/min training class count of the long-tailed variants (cora-lt, ...)")
     class_group_cuts: tuple[float, float] = Field(
         (1 / 3, 2 / 3), description="head/medium/tail cut points over frequency-sorted classes (fractions of C)")
@@ -69,6 +73,7 @@ class ExperimentConfig(BaseModel):
 
     # --- training
     rounds: int = Field(50, description="communication rounds")
+    batch_size: int = Field(128, description="graphs per mini-batch (graph classification)")
     local_epochs: int = Field(5, description="local full-batch steps per round")
     optimizer: Literal["sgd", "adam"] = Field("sgd", description="local optimizer")
     lr: float = Field(0.05, description="local learning rate")
@@ -106,13 +111,13 @@ class ExperimentConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _preset_defaults(cls, values: Any) -> Any:
-        from fgl_ray.presets import apply_preset
+        from fgl_ray.presets import apply_preset, apply_task_defaults
 
-        return apply_preset(values) if isinstance(values, dict) else values
+        return apply_task_defaults(apply_preset(values)) if isinstance(values, dict) else values
 
     # ------------------------------------------------------------------ field checks
     @field_validator("num_clients", "clients_per_domain", "rounds", "local_epochs", "eval_every", "last_k",
-                     "hidden", "num_layers", "feature_dim", "min_clients")
+                     "hidden", "num_layers", "feature_dim", "min_clients", "batch_size")
     @classmethod
     def _at_least_one(cls, value: int, info) -> int:
         if value < 1:
@@ -154,7 +159,7 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"{info.field_name} must be > 0, got {value}")
         return value
 
-    @field_validator("clients_per_actor", "torch_threads")
+    @field_validator("clients_per_actor", "torch_threads", "max_graphs")
     @classmethod
     def _optional_positive(cls, value: Optional[int], info) -> Optional[int]:
         if value is not None and value < 1:
@@ -199,18 +204,14 @@ class ExperimentConfig(BaseModel):
         from fgl_ray.algorithms import ALGORITHMS
         from fgl_ray.data import dataset_domains
         from fgl_ray.data.datasets import DATASETS
+        from fgl_ray.data.graphsets import GRAPH_PARTITIONS
         from fgl_ray.data.partition import PARTITIONERS, PRESETS
         from fgl_ray.models import check_model_options
 
         from fgl_ray.data.synthetic import SyntheticOptions
 
         spec = DATASETS.get(self.dataset)
-        if spec.task != "node":
-            raise ValueError(
-                f"dataset {self.dataset!r} is a graph-classification set and every registered algorithm "
-                "classifies nodes; choose a node dataset (`fgl-ray datasets`), or load it directly with "
-                "fgl_ray.data.load_graph_dataset"
-            )
+        _check_task(self, spec)
         if self.features == "svd" and not spec.shared_features:
             raise ValueError(
                 f"features 'svd' fits one SVD on the union of the domains, but the domains of {self.dataset!r} have "
@@ -222,7 +223,9 @@ class ExperimentConfig(BaseModel):
                       AGGREGATORS.get(self.aggregator).Options, self.aggregator_options)
         check_options("synthetic", "generator options", SyntheticOptions, self.synthetic)
         check_model_options(self.model, self.model_options)
-        if self.partition in PRESETS:
+        if spec.task == "graph" or self.partition in GRAPH_PARTITIONS:
+            _check_graph_partition(self, spec)
+        elif self.partition in PRESETS:
             preset = PRESETS[self.partition]
             if self.dataset != preset.dataset:
                 raise ValueError(
@@ -246,6 +249,13 @@ class ExperimentConfig(BaseModel):
         return self
 
     # ------------------------------------------------------------------ helpers
+    def resolved_task(self) -> str:
+        """The registered task name: ``task`` (or its alias), else the dataset's own task."""
+        from fgl_ray.data.datasets import DATASETS
+        from fgl_ray.tasks import canonical_task
+
+        return canonical_task(self.task) if self.task else DATASETS.get(self.dataset).tasks[0]
+
     def resolved_data_dir(self) -> Path:
         """The dataset root: ``data_dir``, else ``$FGL_DATA_DIR``, else the per-user cache."""
         if self.data_dir is not None:
@@ -261,6 +271,39 @@ class ExperimentConfig(BaseModel):
     def with_overrides(self, **changes: Any) -> "ExperimentConfig":
         """A validated copy with some fields changed."""
         return load_config(self.model_dump(mode="python") | changes)
+
+
+def _check_graph_partition(config: ExperimentConfig, spec) -> None:
+    """A graph dataset is cut into ``chunks`` (one dataset) or one client per member (``datasets``)."""
+    if spec.task != "graph":
+        raise ValueError(f"partition {config.partition!r} cuts graph-classification sets; {config.dataset!r} is a "
+                         "node dataset (use louvain, random, label-dirichlet, domain or a preset)")
+    valid = ("chunks", "datasets") if len(spec.domains) == 1 else ("datasets",)
+    if config.partition not in valid:
+        raise ValueError(f"partition {config.partition!r} does not fit the graph dataset {config.dataset!r}; "
+                         f"valid partitions: {', '.join(valid)} (chunks: shuffle one dataset and cut it into "
+                         "num_clients parts; datasets: one client per dataset of a group)")
+
+
+def _check_task(config: ExperimentConfig, spec) -> None:
+    """The task exists, the dataset offers it, and the algorithm and the model support it."""
+    from fgl_ray.algorithms import ALGORITHMS
+    from fgl_ray.models import MODELS
+    from fgl_ray.tasks import ALIASES, TASKS
+
+    task = config.resolved_task()
+    if task not in TASKS:
+        valid = ", ".join(TASKS.names() + sorted(ALIASES))
+        raise ValueError(f"unknown task {config.task!r}; valid tasks: {valid}")
+    if task not in spec.tasks:
+        raise ValueError(f"dataset {config.dataset!r} does not offer task {task!r}; its tasks: {', '.join(spec.tasks)} "
+                         "(`fgl-ray datasets` lists each dataset's tasks)")
+    for kind, name, registry in (("algorithm", config.algorithm, ALGORITHMS), ("model", config.model, MODELS)):
+        supported = registry.get(name).tasks
+        if task not in supported:
+            others = [n for n in registry.names() if task in registry.get(n).tasks]
+            raise ValueError(f"{kind} {name!r} does not support task {task!r} (it supports {', '.join(supported)}); "
+                             f"{kind}s for {task}: {', '.join(others)}")
 
 
 def check_options(field: str, owner: str, options: type[BaseModel], values: dict[str, Any]) -> None:

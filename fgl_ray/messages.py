@@ -13,6 +13,21 @@ import numpy as np
 from torch import Tensor
 
 GLOBAL = "global"
+CLUSTER_PREFIX = "cluster-"
+
+
+def cluster_key(number: int) -> str:
+    """The server-model key of cluster ``number`` (cluster 0 is the ``global`` model)."""
+    return GLOBAL if number == 0 else f"{CLUSTER_PREFIX}{number}"
+
+
+def cluster_number(key: str) -> int:
+    """The inverse of :func:`cluster_key`; other keys raise ``ValueError``."""
+    if key == GLOBAL:
+        return 0
+    if not key.startswith(CLUSTER_PREFIX):
+        raise ValueError(f"model key {key!r} is neither {GLOBAL!r} nor {CLUSTER_PREFIX}<n>")
+    return int(key.removeprefix(CLUSTER_PREFIX))
 
 
 class PayloadError(ValueError):
@@ -71,10 +86,11 @@ class ClientUpdate:
 
 @dataclass
 class ClientEvaluation:
-    """Confusion matrices (true x predicted counts) per split, and the eval loss."""
+    """The task's additive statistics per split (``{"confusion": C x C counts}`` for
+    classification), which pool over clients by summation."""
 
     client_id: int
-    confusion: dict[str, np.ndarray]
+    stats: dict[str, dict[str, np.ndarray]]
     metrics: dict[str, float] = field(default_factory=dict)
 
 

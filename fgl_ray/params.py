@@ -1,7 +1,9 @@
-"""Flat views of a model's trainable parameters and floating-point buffers.
+"""Flat views of a model's shared trainable parameters and floating-point buffers.
 
 Updates travel as one flat tensor per client; the layout maps slices back to named tensors
-so that aggregators can work per layer.
+so that aggregators can work per layer. Only the parameters a model shares travel
+(``model.shares(name)``, every parameter unless the model says otherwise, e.g. GIN's
+convolutions only): the others stay in the client's own model.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ class ParamLayout:
 
     @classmethod
     def of(cls, model: nn.Module) -> "ParamLayout":
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        named = shared_named_parameters(model)
         return cls(tuple(n for n, _ in named), tuple(tuple(p.shape) for _, p in named))
 
     @property
@@ -54,14 +56,25 @@ class ParamLayout:
         return list(groups.values())
 
 
+def shared_named_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """``(name, parameter)`` of the trainable parameters the model shares, in module order."""
+    shares = getattr(model, "shares", None)
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad and (shares is None or shares(n))]
+
+
+def shared_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The trainable parameters that travel, in the order of the flat weight vector."""
+    return [p for _, p in shared_named_parameters(model)]
+
+
 def trainable_vector(model: nn.Module) -> Tensor:
-    """A detached copy of the trainable parameters as one flat tensor."""
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad]).clone()
+    """A detached copy of the shared trainable parameters as one flat tensor."""
+    return torch.cat([p.detach().reshape(-1) for p in shared_parameters(model)]).clone()
 
 
 def load_trainable_vector(model: nn.Module, vector: Tensor) -> None:
-    """Copies ``vector`` into the model's trainable parameters in place."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    """Copies ``vector`` into the model's shared trainable parameters in place."""
+    params = shared_parameters(model)
     expected = sum(p.numel() for p in params)
     if vector.numel() != expected:
         raise ValueError(f"weight vector has {vector.numel()} entries, the model needs {expected}")

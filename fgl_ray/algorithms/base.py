@@ -9,14 +9,12 @@ FedAvg, so an algorithm overrides only what it changes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor
-from torch_geometric.data import Data
 
 from fgl_ray.messages import Broadcast, ClientUpdate
 from fgl_ray.models import GraphModel
@@ -26,30 +24,43 @@ from fgl_ray.registry import Registry
 if TYPE_CHECKING:
     from fgl_ray.config import ExperimentConfig
     from fgl_ray.runtime.server import ServerRuntime
+    from fgl_ray.tasks import Task
 
 ALGORITHMS: Registry[type["Algorithm"]] = Registry("algorithm")
 
 
 @dataclass
 class ClientContext:
-    """Everything one virtual client owns; ``state`` persists across rounds."""
+    """Everything one virtual client owns; ``state`` persists across rounds.
+
+    ``data`` is whatever ``task`` iterates (a node-labelled graph, a set of graphs, ...);
+    ``num_classes`` is the federation's label count (statistics have that width).
+    """
 
     client_id: int
-    data: Data
+    data: Any
     model: GraphModel
     optimizer: torch.optim.Optimizer
     config: "ExperimentConfig"
     num_classes: int
     device: torch.device
+    task: "Task"
     state: dict[str, Any] = field(default_factory=dict)
     server_stats: dict[str, Tensor] = field(default_factory=dict)
 
 
 class Algorithm:
-    """Base class of every algorithm; subclasses set ``Options`` and override hooks."""
+    """Base class of every algorithm; subclasses set ``Options`` and override hooks.
+
+    Hooks see the client's data only through its task (``ctx.task``): batches, the forward
+    pass, which rows count and their labels. So an algorithm runs on every task it declares.
+    """
 
     class Options(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The tasks this algorithm supports; the config refuses other pairs before Ray starts.
+    tasks: ClassVar[tuple[str, ...]] = ("node-classification", "graph-classification")
 
     #: Clients keep their own model between rounds instead of loading the server's (an
     #: algorithm whose options decide it sets the attribute per instance).
@@ -73,37 +84,38 @@ class Algorithm:
         ctx.server_stats = dict(broadcast.stats)
 
     def local_train(self, ctx: ClientContext) -> dict[str, float]:
-        """``local_epochs`` full-batch optimizer steps on :meth:`objective`; returns train metrics."""
+        """``local_epochs`` epochs over the task's training batches, one optimizer step on
+        :meth:`objective` per batch; returns train metrics."""
         ctx.model.train()
-        data = ctx.data
+        task = ctx.task
         loss = torch.zeros(())
         for _ in range(self.config.local_epochs):
-            ctx.optimizer.zero_grad(set_to_none=True)
-            z = ctx.model.encode(data.x, data.edge_index)
-            loss = self.objective(ctx, z, ctx.model.classify(z, data.edge_index))
-            loss.backward()
-            ctx.optimizer.step()
+            for batch in task.train_batches(ctx.data):
+                ctx.optimizer.zero_grad(set_to_none=True)
+                z = task.encode(ctx.model, batch)
+                loss = self.objective(ctx, batch, z, task.classify(ctx.model, z, batch))
+                loss.backward()
+                ctx.optimizer.step()
         return {"loss": float(loss.detach())}
 
-    def objective(self, ctx: ClientContext, z: Tensor, logits: Tensor) -> Tensor:
-        """The loss of one local step from the representations ``z`` and the ``logits``;
-        representation methods (prototypes, contrast) override this, the rest :meth:`loss`."""
-        return self.loss(ctx, logits)
+    def objective(self, ctx: ClientContext, batch: Any, z: Tensor, logits: Tensor) -> Tensor:
+        """The loss of one local step from the representations ``z`` and the ``logits`` of
+        ``batch``; representation methods (prototypes, contrast) override this, the rest :meth:`loss`."""
+        return self.loss(ctx, batch, logits)
 
-    def loss(self, ctx: ClientContext, logits: Tensor) -> Tensor:
-        """The local objective; the default is cross-entropy on the training nodes."""
-        mask = ctx.data.train_mask
-        return F.cross_entropy(logits[mask], ctx.data.y[mask])
+    def loss(self, ctx: ClientContext, batch: Any, logits: Tensor) -> Tensor:
+        """The local objective; the default is the task's supervised loss."""
+        return ctx.task.loss(logits, batch)
 
     @torch.no_grad()
-    def predict(self, ctx: ClientContext) -> Tensor:
-        """Logits used for evaluation."""
+    def predict(self, ctx: ClientContext, batch: Any) -> Tensor:
+        """Logits of ``batch`` used for evaluation."""
         ctx.model.eval()
-        return ctx.model(ctx.data.x, ctx.data.edge_index)
+        return ctx.task.classify(ctx.model, ctx.task.encode(ctx.model, batch), batch)
 
     def num_samples(self, ctx: ClientContext) -> int:
-        """The sample count sent with the update (the aggregation weight): training nodes."""
-        return int(ctx.data.train_mask.sum())
+        """The sample count sent with the update (the aggregation weight): training samples."""
+        return ctx.task.num_samples(ctx.data)
 
     def upload(self, ctx: ClientContext) -> dict[str, Tensor]:
         """Statistics sent with the update; must match :meth:`declared_stats`."""

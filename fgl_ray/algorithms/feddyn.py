@@ -29,9 +29,9 @@ from pydantic import Field
 from torch import Tensor
 
 from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
-from fgl_ray.algorithms.fedprox import squared_distance, trainable_parameters
+from fgl_ray.algorithms.fedprox import squared_distance
 from fgl_ray.messages import Broadcast, ClientUpdate, ModelState
-from fgl_ray.params import trainable_vector
+from fgl_ray.params import shared_parameters, trainable_vector
 
 
 def server_correction(h: Tensor, drifts: Tensor, num_clients: int, alpha: float) -> Tensor:
@@ -54,12 +54,12 @@ class FedDyn(Algorithm):
     def receive(self, ctx: ClientContext, broadcast: Broadcast) -> None:
         """Loads ``theta^{t-1}`` and keeps a detached copy as the anchor of the quadratic term."""
         super().receive(ctx, broadcast)
-        ctx.state["feddyn_anchor"] = [p.detach().clone() for p in trainable_parameters(ctx.model)]
+        ctx.state["feddyn_anchor"] = [p.detach().clone() for p in shared_parameters(ctx.model)]
 
-    def loss(self, ctx: ClientContext, logits: Tensor) -> Tensor:
+    def loss(self, ctx: ClientContext, batch, logits: Tensor) -> Tensor:
         """``CE - <g_k, theta> + alpha/2 ||theta - theta^{t-1}||^2``."""
-        loss = super().loss(ctx, logits)
-        params = trainable_parameters(ctx.model)
+        loss = super().loss(ctx, batch, logits)
+        params = shared_parameters(ctx.model)
         theta = torch.cat([p.reshape(-1) for p in params])
         loss = loss - torch.dot(ctx.state["feddyn_grad"], theta)
         anchor = ctx.state.get("feddyn_anchor")

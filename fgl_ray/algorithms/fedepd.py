@@ -101,6 +101,8 @@ DEFAULT_LOGIT_ADJUST: LogitAdjust = "train"
 class FedEPD(Algorithm):
     """Energy pruning, elite prototypes, low-pass injection, decoupled logit-adjusted calibration."""
 
+    tasks = ("node-classification",)
+
     class Options(Algorithm.Options):
         mu: float = Field(1.0, ge=0.0, description="logit adjustment intensity mu (Eq. 15)")
         gamma: float = Field(0.5, ge=0.0, le=1.0, description="prototype injection intensity gamma (Eq. 12)")
@@ -173,7 +175,7 @@ class FedEPD(Algorithm):
     def base_step(self, ctx: ClientContext) -> Tensor:
         """Stage 1 (Eq. 9): cross-entropy over the purified graph, all parameters."""
         ctx.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss(ctx, ctx.model(ctx.data.x, self.graph(ctx)))
+        loss = self.loss(ctx, ctx.data, ctx.model(ctx.data.x, self.graph(ctx)))
         loss.backward()
         ctx.optimizer.step()
         return loss.detach()
@@ -194,7 +196,7 @@ class FedEPD(Algorithm):
             logits = logits + ctx.state["delta"]
         elif mode == "prior":
             logits = logits - ctx.state["delta"]
-        return self.loss(ctx, logits)
+        return self.loss(ctx, data, logits)
 
     def calibration_step(self, ctx: ClientContext) -> Tensor:
         ctx.optimizer.zero_grad(set_to_none=True)
@@ -228,7 +230,7 @@ class FedEPD(Algorithm):
         return metrics
 
     @torch.no_grad()
-    def predict(self, ctx: ClientContext) -> Tensor:
+    def predict(self, ctx: ClientContext, batch=None) -> Tensor:
         """Logits on the purified graph, without injection; ``+Delta`` in ``posthoc`` mode."""
         ctx.model.eval()
         logits = ctx.model(ctx.data.x, self.graph(ctx))

@@ -56,13 +56,14 @@ class FedLC(Algorithm):
             "exclude", description="classes without local training nodes: exclude = leave the softmax (authors' "
                                    "code), count_one = stay in it with the margin of a one-node class")
 
+    tasks = ("node-classification",)
+
     def setup_client(self, ctx: ClientContext) -> None:
         """The client's training label counts and margins, computed once."""
-        data = ctx.data
-        counts = torch.bincount(data.y[data.train_mask].cpu(), minlength=ctx.num_classes)
+        counts = torch.bincount(ctx.task.train_labels(ctx.data).cpu(), minlength=ctx.num_classes)
         margins = calibration_margins(counts, self.options.tau, self.options.absent_classes)
         ctx.state["margins"] = margins.float().to(ctx.device)
 
-    def loss(self, ctx: ClientContext, logits: Tensor) -> Tensor:
-        mask = ctx.data.train_mask
-        return calibrated_cross_entropy(logits[mask], ctx.data.y[mask], ctx.state["margins"])
+    def loss(self, ctx: ClientContext, batch, logits: Tensor) -> Tensor:
+        mask, y = ctx.task.labelled(batch)
+        return calibrated_cross_entropy(logits[mask], y[mask], ctx.state["margins"])

@@ -6,8 +6,9 @@ Client objective, a hybrid of the global prototypical contrastive loss and cross
     L_pc  = -log( exp(cos(z_i, c_{y_i})/tau) / sum_{j present} exp(cos(z_i, c_j)/tau) )
     loss  = alpha_t * weight * L_pc + (1 - alpha_t) * CE,     alpha_t = 1 - t/T
 
-over training nodes whose class has a global prototype ``c`` (the positive); the other
-classes' prototypes that exist are the negatives. ``z = model.encode(x, edge_index)``,
+over training samples (nodes or graphs) whose class has a global prototype ``c`` (the
+positive); the other classes' prototypes that exist are the negatives. ``z`` is the task's
+``encode``,
 ``t`` is the round index (from 0) and ``T`` the number of rounds (``anneal_rounds``,
 default the config's ``rounds``; the authors' code fixes T = 100 and clips ``alpha_t`` at
 0, i.e. weights CE by ``t/T``, which is what this schedule reproduces). Early rounds lean on
@@ -18,7 +19,7 @@ as in the authors' code. ``tau = 0.5``; ``weight = 1`` scales L_pc.
 Differences from the authors' code, documented: they take the dot product of the raw
 feature with the L2-normalised centres and no temperature; this follows the paper's cosine
 similarity with temperature ``tau``. Prototype upload and merge are FedProto's (class means
-of training nodes, count-weighted over the clients holding each class).
+of training samples, count-weighted over the clients holding each class).
 """
 
 from __future__ import annotations
@@ -61,13 +62,13 @@ class FedProc(FedProto):
             return self.options.constant_alpha
         return annealed_alpha(round_index, self.options.anneal_rounds or self.config.rounds)
 
-    def objective(self, ctx: ClientContext, z: Tensor, logits: Tensor) -> Tensor:
+    def objective(self, ctx: ClientContext, batch, z: Tensor, logits: Tensor) -> Tensor:
         """``alpha * weight * L_pc + (1 - alpha) * CE``; plain CE when no prototype applies."""
-        ce = self.loss(ctx, logits)
-        targets = self.prototype_targets(ctx)
+        ce = self.loss(ctx, batch, logits)
+        targets = self.prototype_targets(ctx, batch)
         if targets is None:
             return ce
-        prototypes, present, nodes = targets
+        prototypes, present, rows, y = targets
         alpha = self.alpha(ctx.state.get("fedproc_round", 0))
-        pc = prototype_contrastive_loss(z[nodes], ctx.data.y[nodes], prototypes, present, self.options.temperature)
+        pc = prototype_contrastive_loss(z[rows], y[rows], prototypes, present, self.options.temperature)
         return alpha * self.options.weight * pc + (1.0 - alpha) * ce

@@ -2,11 +2,11 @@
 
 Client ``k`` minimises (Eq. 8 of the paper, with the MSE distance of the authors' code)
 
-    loss = CE + lam * MSE(h_i, p_{y_i})    over training nodes i whose class has a global prototype
+    loss = CE + lam * MSE(h_i, p_{y_i})    over training samples i whose class has a global prototype
 
-with ``h = model.encode(x, edge_index)``; with no global prototypes yet the loss is plain CE.
-After local training the client uploads its local prototypes, the per-class means of ``h``
-over its TRAINING nodes, and its per-class counts. ``h`` is taken in the training phase with
+with ``h`` the task's ``encode`` (node or graph representations); with no global prototypes yet
+the loss is plain CE. After local training the client uploads its local prototypes, the
+per-class means of ``h`` over its TRAINING samples, and its per-class counts. ``h`` is taken in the training phase with
 dropout off (:func:`~fgl_ray.algorithms.prototypes.training_phase`): the prototypes live in
 the space of the representations they regularise (for PMLP-GCN, without propagation), as the
 authors of FedProto and FedProc build them from training-mode features. The server's
@@ -61,34 +61,32 @@ class FedProto(Algorithm):
             return None
         return stats["prototypes"].to(ctx.device), stats["present"].to(ctx.device).bool()
 
-    def prototype_nodes(self, ctx: ClientContext, present: Tensor) -> Tensor:
-        """Training nodes whose class has a global prototype (boolean ``[n]``)."""
-        return ctx.data.train_mask & present[ctx.data.y]
-
-    def prototype_targets(self, ctx: ClientContext) -> tuple[Tensor, Tensor, Tensor] | None:
-        """``(prototypes, present, nodes)``, or ``None`` when no training node has a prototype."""
+    def prototype_targets(self, ctx: ClientContext, batch) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+        """``(prototypes, present, rows, y)``: the batch's counted rows whose class has a global
+        prototype, and the labels; ``None`` when no such row exists."""
         protos = self.global_prototypes(ctx)
         if protos is None:
             return None
         prototypes, present = protos
-        nodes = self.prototype_nodes(ctx, present)
-        return (prototypes, present, nodes) if bool(nodes.any()) else None
+        mask, y = ctx.task.labelled(batch)
+        rows = mask & present[y]
+        return (prototypes, present, rows, y) if bool(rows.any()) else None
 
-    def objective(self, ctx: ClientContext, z: Tensor, logits: Tensor) -> Tensor:
+    def objective(self, ctx: ClientContext, batch, z: Tensor, logits: Tensor) -> Tensor:
         """``CE + lam * MSE(h_i, p_{y_i})``; plain CE when no prototype applies."""
-        ce = self.loss(ctx, logits)
-        targets = self.prototype_targets(ctx)
+        ce = self.loss(ctx, batch, logits)
+        targets = self.prototype_targets(ctx, batch)
         if targets is None:
             return ce
-        prototypes, _, nodes = targets
-        return ce + self.options.lam * F.mse_loss(z[nodes], prototypes[ctx.data.y[nodes]].to(z.dtype))
+        prototypes, _, rows, y = targets
+        return ce + self.options.lam * F.mse_loss(z[rows], prototypes[y[rows]].to(z.dtype))
 
     @torch.no_grad()
     def upload(self, ctx: ClientContext) -> dict[str, Tensor]:
-        """Local prototypes (per-class means of ``encode`` over training nodes) and counts."""
+        """Local prototypes (per-class means of ``encode`` over the training samples) and counts."""
         with training_phase(ctx.model) as model:
-            z = model.encode(ctx.data.x, ctx.data.edge_index)
-        means, counts = class_means(z, ctx.data.y, ctx.data.train_mask, ctx.num_classes)
+            z, y = ctx.task.representations(model, ctx.data)
+        means, counts = class_means(z, y, None, ctx.num_classes)
         return {"prototypes": means, "counts": counts}
 
     def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
@@ -97,7 +95,7 @@ class FedProto(Algorithm):
     # ------------------------------------------------------------------ server side
     def setup_server(self, server) -> None:
         """No global prototype before the first aggregation."""
-        self.prototypes = torch.zeros(server.num_classes, self.config.hidden)
+        self.prototypes = torch.zeros(server.declared["prototypes"])
         self.present = torch.zeros(server.num_classes, dtype=torch.bool)
 
     def aggregate(self, server, updates: Sequence[ClientUpdate]) -> None:

@@ -1,7 +1,8 @@
 """FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020).
 
 Each client minimises its local loss plus a proximal term around the global weights it
-received (Eq. 2 of the paper):
+received (Eq. 2 of the paper), over the parameters that are shared (only those have a global
+value):
 
     h_k(w; w^t) = F_k(w) + mu/2 * ||w - w^t||^2
 
@@ -10,17 +11,12 @@ The server side is FedAvg's (any configured aggregator). Default ``mu = 1e-3`` a
 
 from __future__ import annotations
 
-import torch
 from pydantic import Field
 from torch import Tensor
 
 from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
 from fgl_ray.messages import Broadcast
-
-
-def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The parameters the optimizer trains, in the order of the flat weight vector."""
-    return [p for p in model.parameters() if p.requires_grad]
+from fgl_ray.params import shared_parameters
 
 
 def squared_distance(params: list[Tensor], anchor: list[Tensor]) -> Tensor:
@@ -38,12 +34,12 @@ class FedProx(Algorithm):
     def receive(self, ctx: ClientContext, broadcast: Broadcast) -> None:
         """Loads the global model and keeps a detached copy ``w^t`` as the proximal anchor."""
         super().receive(ctx, broadcast)
-        ctx.state["fedprox_anchor"] = [p.detach().clone() for p in trainable_parameters(ctx.model)]
+        ctx.state["fedprox_anchor"] = [p.detach().clone() for p in shared_parameters(ctx.model)]
 
-    def loss(self, ctx: ClientContext, logits: Tensor) -> Tensor:
-        """Cross-entropy on the training nodes plus ``mu/2 ||w - w^t||^2``."""
-        loss = super().loss(ctx, logits)
+    def loss(self, ctx: ClientContext, batch, logits: Tensor) -> Tensor:
+        """The task's loss plus ``mu/2 ||w - w^t||^2``."""
+        loss = super().loss(ctx, batch, logits)
         anchor = ctx.state.get("fedprox_anchor")
         if anchor is None:
             return loss
-        return loss + 0.5 * self.options.mu * squared_distance(trainable_parameters(ctx.model), anchor)
+        return loss + 0.5 * self.options.mu * squared_distance(shared_parameters(ctx.model), anchor)

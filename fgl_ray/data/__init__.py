@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torch_geometric.datasets import TUDataset
+from torch_geometric.data import Data
 
-from fgl_ray.data.datasets import DATASETS, SYNTHETIC, available_offline
+from fgl_ray.data.datasets import DATASETS, SYNTHETIC, SYNTHETIC_GRAPHS, available_offline
 from fgl_ray.data.features import align_features, shared_svd_features
+from fgl_ray.data.graphsets import graph_federation
 from fgl_ray.data.longtail import apply_imbalance, global_class_counts  # also registers the LT datasets
 from fgl_ray.data.partition import PARTITIONERS, PRESETS, PartitionParams, build_clients, union_graph
 from fgl_ray.data.storage import resolve_cache_dir
-from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains
+from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains, generate_graphs
 from fgl_ray.data.types import ClientGraph, DatasetSpec, DomainGraph, FederatedGraphData
 
 if TYPE_CHECKING:
@@ -33,6 +34,30 @@ __all__ = [
 
 
 def build_federated_data(config: ExperimentConfig) -> FederatedGraphData:
+    """The config's federation: node-task datasets through :func:`build_node_data`, graph-task
+    datasets through :func:`build_graph_data`."""
+    if DATASETS.get(config.dataset).task == "graph":
+        return build_graph_data(config)
+    return build_node_data(config)
+
+
+def build_graph_data(config: ExperimentConfig) -> FederatedGraphData:
+    """Loads the config's graph dataset (or group) and cuts it into client graph sets.
+
+    Reads ``dataset``, ``partition`` (``chunks`` or ``datasets``), ``num_clients``,
+    ``resolved_split()``, ``split_mode``, ``data_seed`` and ``max_graphs``.
+
+    Raises:
+        PartitionError: the partition settings do not fit the dataset.
+    """
+    data = graph_federation(load_graph_dataset(config.dataset, config.resolved_data_dir(), data_seed=config.data_seed),
+                            config.partition, config.num_clients, tuple(config.resolved_split()), config.split_mode,
+                            config.data_seed, config.max_graphs)
+    data.meta["dataset"] = config.dataset
+    return data
+
+
+def build_node_data(config: ExperimentConfig) -> FederatedGraphData:
     """Loads, aligns, partitions and splits the config's node-classification dataset.
 
     Reads only ``dataset``, ``resolved_data_dir()``, ``partition``, ``num_clients``,
@@ -95,18 +120,23 @@ def dataset_domains(config: ExperimentConfig) -> list[str]:
     return list(DATASETS.get(config.dataset).domains)
 
 
-def load_graph_dataset(name: str, root: Path, cache_dir: Path | None = None) -> TUDataset:
-    """A graph-classification dataset (``tu-mutag``, ...) as PyG's ``TUDataset``.
+def load_graph_dataset(name: str, root: Path, cache_dir: Path | None = None,
+                       data_seed: int = 0) -> dict[str, list[Data]]:
+    """A graph-classification dataset (``tu-mutag``, a group such as ``tu-molecules``, or
+    ``synthetic-graphs``) as ``{dataset name: graphs}``.
 
     Args:
         name: registry name of a graph-task dataset.
         root: dataset root in PyG layout (may be read-only).
         cache_dir: where read-only folders are copied; default :func:`resolve_cache_dir`.
+        data_seed: the seed of ``synthetic-graphs``.
     """
     spec = DATASETS.get(name)
     if spec.task != "graph":
         graph_sets = ", ".join(n for n in DATASETS.names() if DATASETS.get(n).task == "graph")
         raise ValueError(f"dataset {name!r} is a node-classification set; graph datasets: {graph_sets}")
+    if name == SYNTHETIC_GRAPHS:
+        return {SYNTHETIC_GRAPHS: generate_graphs(data_seed)}
     return spec.load(Path(root), cache_dir or resolve_cache_dir())
 
 

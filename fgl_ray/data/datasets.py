@@ -4,13 +4,17 @@ Every loader takes ``(root, cache_dir)``: ``root`` is a folder in PyG layout (it
 read-only, see :mod:`fgl_ray.data.storage`), ``cache_dir`` receives copies of read-only
 folders. Node-task loaders return one cleaned :class:`DomainGraph` per domain: ``x`` float32,
 ``y`` int64, ``edge_index`` undirected (both directions) without self-loops or duplicates.
-Graph-task loaders return the PyG ``TUDataset``.
+Graph-task loaders return ``{dataset name: list of graphs}`` (one entry, or one per member
+of a group such as ``tu-molecules``).
 """
 
 from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+
+import io
+import zipfile
 
 import numpy as np
 import torch
@@ -27,14 +31,27 @@ from torch_geometric.datasets import (
 from torch_geometric.utils import remove_self_loops, to_undirected
 
 from fgl_ray.data.embeddings import netmf_embedding
+from fgl_ray.data.graphsets import one_hot_degree
 from fgl_ray.data.storage import writable_root
-from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains
+from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains, generate_graphs
 from fgl_ray.data.types import DatasetSpec, DomainGraph
 from fgl_ray.registry import Registry
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
 SYNTHETIC = "synthetic"
+SYNTHETIC_GRAPHS = "synthetic-graphs"
+COLLAB_ZIP = "TUDataset/_original/COLLAB.zip"
+GRAPH_SPLIT = (0.8, 0.1, 0.1)
+TU_SETS = ("MUTAG", "PROTEINS", "ENZYMES", "NCI1", "PTC_MR", "IMDB-BINARY", "IMDB-MULTI", "COX2", "BZR", "DD",
+           "COLLAB")
+#: GCFL's multi-dataset groups (one client per member).
+TU_GROUPS = {
+    "molecules": ("MUTAG", "BZR", "COX2", "PTC_MR", "NCI1"),
+    "biochem": ("MUTAG", "BZR", "COX2", "PTC_MR", "NCI1", "ENZYMES", "DD", "PROTEINS"),
+    "mix": ("MUTAG", "BZR", "COX2", "PTC_MR", "NCI1", "ENZYMES", "DD", "PROTEINS", "IMDB-BINARY", "IMDB-MULTI",
+            "COLLAB"),
+}
 TWITCH_LANGUAGES = ("DE", "EN", "ES", "FR", "PT", "RU")
 WIKIPEDIA_PAGES = ("chameleon", "squirrel", "crocodile")
 SPLIT = (0.6, 0.2, 0.2)
@@ -117,8 +134,53 @@ def _load_email(root: Path, cache_dir: Path) -> list[DomainGraph]:
     return [DomainGraph("email-eu-core", graph)]
 
 
-def _load_tu(name: str, root: Path, cache_dir: Path) -> TUDataset:
-    return TUDataset(str(writable_root(root, [f"TUDataset/{name}"], cache_dir) / "TUDataset"), name)
+def _load_tu_graphs(name: str, root: Path, cache_dir: Path) -> list[Data]:
+    if name == "COLLAB":
+        return _load_collab(root, cache_dir)
+    return list(TUDataset(str(writable_root(root, [f"TUDataset/{name}"], cache_dir) / "TUDataset"), name))
+
+
+def _load_tu(names: tuple[str, ...], root: Path, cache_dir: Path) -> dict[str, list[Data]]:
+    return {name: _load_tu_graphs(name, root, cache_dir) for name in names}
+
+
+def _load_collab(root: Path, cache_dir: Path) -> list[Data]:
+    """COLLAB from ``TUDataset/_original/COLLAB.zip`` (DGCNN text format), expanded once into the
+    cache as ``TUDataset/COLLAB/processed/fgl_graphs.pt``; a TU-format ``COLLAB/raw`` folder is
+    read by PyG as usual when present."""
+    if (Path(root) / "TUDataset/COLLAB/raw/COLLAB_A.txt").is_file():
+        return list(TUDataset(str(writable_root(root, ["TUDataset/COLLAB"], cache_dir) / "TUDataset"), "COLLAB"))
+    cached = Path(cache_dir) / "TUDataset/COLLAB/processed/fgl_graphs.pt"
+    if not cached.is_file():
+        graphs = read_dgcnn_zip(Path(root) / COLLAB_ZIP, "COLLAB")
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(".tmp")
+        torch.save(graphs, partial)
+        partial.replace(cached)
+    return torch.load(cached, weights_only=False)
+
+
+def read_dgcnn_zip(path: Path, name: str) -> list[Data]:
+    """Graphs of a DGCNN-format zip (``name/name.txt``: the graph count, then per graph ``n label``
+    and ``n`` lines ``tag m neighbour_1 .. neighbour_m``, 0-based), with one-hot degree features."""
+    graphs = []
+    with zipfile.ZipFile(path) as archive, io.TextIOWrapper(archive.open(f"{name}/{name}.txt")) as text:
+        for _ in range(int(text.readline())):
+            num_nodes, label = map(int, text.readline().split())
+            sources, targets = [], []
+            for node in range(num_nodes):
+                row = np.array(text.readline().split(), dtype=np.int64)
+                sources.append(np.full(row[1], node))
+                targets.append(row[2:])
+            edge_index = torch.from_numpy(np.stack([np.concatenate(sources), np.concatenate(targets)]))
+            graphs.append(Data(x=one_hot_degree(edge_index, num_nodes), edge_index=edge_index,
+                               y=torch.tensor([label]), num_nodes=num_nodes))
+    return graphs
+
+
+def _load_synthetic_graphs(root: Path | None, cache_dir: Path | None) -> dict[str, list[Data]]:
+    """The generator with default options and seed 0 (the data builder passes the config's seed)."""
+    return {SYNTHETIC_GRAPHS: generate_graphs(seed=0)}
 
 
 # ---------------------------------------------------------------------------- registry
@@ -166,13 +228,25 @@ for _name, _key in (("tolokers", "Tolokers"), ("minesweeper", "Minesweeper")):
         files=(f"HeterophilousGraphDataset/{_name}/raw/{_name}.npz",),
         description=f"heterophilous benchmark {_key} (2 classes)",
     ))
-for _key in ("MUTAG", "PROTEINS", "ENZYMES", "NCI1", "PTC_MR", "IMDB-BINARY", "IMDB-MULTI", "COX2", "BZR", "DD",
-             "COLLAB"):
+def _tu_files(name: str) -> tuple[str, ...]:
+    if name == "COLLAB":
+        return (COLLAB_ZIP,)
+    return tuple(f"TUDataset/{name}/raw/{name}_{part}.txt" for part in ("A", "graph_indicator", "graph_labels"))
+
+
+_add(DatasetSpec(
+    SYNTHETIC_GRAPHS, "graph", (SYNTHETIC_GRAPHS,), GRAPH_SPLIT, _load_synthetic_graphs, needs_files=False,
+    description="generated graph-classification set (3 classes of random graphs); needs no files",
+))
+for _key in TU_SETS:
     _add(DatasetSpec(
-        f"tu-{_key.lower()}", "graph", (_key,), SPLIT, partial(_load_tu, _key),
-        files=tuple(f"TUDataset/{_key}/raw/{_key}_{part}.txt" for part in ("A", "graph_indicator", "graph_labels")),
-        description=f"TU graph classification {_key}" + (
-            " (offline: expand TUDataset/_original/COLLAB.zip with `python convert_tu_dgcnn.py --collab "
-            "--root DIR/TUDataset`, then use --data-dir DIR)" if _key == "COLLAB" else ""
-        ),
+        f"tu-{_key.lower()}", "graph", (_key,), GRAPH_SPLIT, partial(_load_tu, (_key,)), files=_tu_files(_key),
+        description=f"TU graph classification {_key}" + (" (expanded from its zip into the cache on first use)"
+                                                          if _key == "COLLAB" else ""),
+    ))
+for _group, _members in TU_GROUPS.items():
+    _add(DatasetSpec(
+        f"tu-{_group}", "graph", _members, GRAPH_SPLIT, partial(_load_tu, _members),
+        files=tuple(f for member in _members for f in _tu_files(member)),
+        description=f"GCFL's {_group.upper()} group, one client per dataset: {', '.join(_members)}",
     ))

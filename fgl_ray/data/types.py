@@ -6,9 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal
 
-from torch_geometric.data import Data
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch, Data
 
 Task = Literal["node", "graph"]
+#: The readouts (``fgl_ray.tasks``) a dataset kind offers, its own first.
+KIND_TASKS: dict[str, tuple[str, ...]] = {"node": ("node-classification",), "graph": ("graph-classification",)}
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,11 @@ class DatasetSpec:
     needs_files: bool = True
     shared_features: bool = True
 
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """The tasks this dataset offers, its own first."""
+        return KIND_TASKS[self.task]
+
 
 @dataclass
 class DomainGraph:
@@ -52,18 +61,67 @@ class DomainGraph:
 class ClientGraph:
     """One client's private partition.
 
-    ``data`` holds ``x [n, d]`` float32, ``edge_index [2, m]`` (both directions of each
-    undirected edge, local node ids), ``y [n]`` int64, and boolean ``train_mask``,
-    ``val_mask``, ``test_mask`` of length ``n``.
+    For node tasks ``data`` holds ``x [n, d]`` float32, ``edge_index [2, m]`` (both directions
+    of each undirected edge, local node ids), ``y [n]`` int64, and boolean ``train_mask``,
+    ``val_mask``, ``test_mask`` of length ``n``; for graph classification it is a
+    :class:`GraphSet`.
     """
 
     client_id: int
     domain: str
-    data: Data
+    data: "Data | GraphSet"
 
     @property
     def num_train(self) -> int:
         return int(self.data.train_mask.sum())
+
+
+@dataclass
+class GraphSet:
+    """One client's graphs for graph classification.
+
+    ``graphs`` are small ``Data`` objects (``x``, ``edge_index``, ``y [1]``) whose tensors are
+    the client's own compact copies, so pickling a client carries only its graphs; ``y`` and
+    the masks are per graph. ``num_features``/``num_classes`` are the client's own input width
+    and label count (clients of a multi-dataset group differ).
+    """
+
+    graphs: list[Data]
+    y: Tensor
+    train_mask: Tensor
+    val_mask: Tensor
+    test_mask: Tensor
+    num_features: int
+    num_classes: int
+    _collated: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def num_graphs(self) -> int:
+        return len(self.graphs)
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(graph.num_nodes for graph in self.graphs)
+
+    def to(self, device) -> "GraphSet":
+        """A copy on ``device`` (the graphs are moved, this set is left as it is)."""
+        return GraphSet([graph.to(device) for graph in self.graphs], self.y.to(device), self.train_mask.to(device),
+                        self.val_mask.to(device), self.test_mask.to(device), self.num_features, self.num_classes)
+
+    def collate(self, indices: Tensor) -> Batch:
+        """The graphs at ``indices`` as one PyG ``Batch``."""
+        return Batch.from_data_list([self.graphs[int(i)] for i in indices])
+
+    def split_batches(self, split: str, batch_size: int) -> list[Batch]:
+        """The split's graphs in their stored order, collated into batches once and cached."""
+        key = (split, batch_size)
+        if key not in self._collated:
+            indices = getattr(self, f"{split}_mask").nonzero().flatten().cpu()
+            self._collated[key] = [self.collate(chunk) for chunk in torch.split(indices, batch_size)]
+        return self._collated[key]
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_collated": {}}   # batches are rebuilt where the set lives
 
 
 @dataclass

@@ -16,14 +16,23 @@ MODELS: Registry[type["GraphModel"]] = Registry("model")
 
 
 class GraphModel(nn.Module):
-    """A node classifier split into an encoder and a classifier head.
+    """A model split into an encoder and a classifier head.
 
-    Algorithms that share representations (prototypes) use ``encode``; everything else calls
-    the module as ``model(x, edge_index) -> logits``.
+    Tasks call ``encode`` and ``classify`` (node models: ``encode(x, edge_index)``; graph models:
+    ``encode(x, edge_index, batch)``, one row per graph); algorithms that share representations
+    (prototypes) use what ``encode`` returns.
     """
 
+    #: The tasks (``fgl_ray.tasks``) this backbone serves.
+    tasks: ClassVar[tuple[str, ...]] = ("node-classification",)
     #: The first layer multiplies ``x`` by a weight, so ``x`` may be a sparse CSR matrix.
     accepts_sparse_features: ClassVar[bool] = True
+    #: The width of what ``encode`` returns (set by each backbone).
+    representation_dim: int
+
+    def shares(self, name: str) -> bool:
+        """Whether trainable parameter ``name`` travels to the server (default: all do)."""
+        return True
 
     def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
         raise NotImplementedError

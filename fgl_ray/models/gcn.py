@@ -19,5 +19,6 @@ class GCN(ConvStack):
                  dropout: float = 0.5) -> None:
         super().__init__()
         dims = layer_dims(in_dim, num_classes, hidden, num_layers)
+        self.representation_dim = dims[-1][0]
         self.convs = nn.ModuleList(GCNConv(a, b, cached=True) for a, b in dims)
         self.dropout = dropout

@@ -15,7 +15,9 @@ class MLP(GraphModel):
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
                  dropout: float = 0.5) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in layer_dims(in_dim, num_classes, hidden, num_layers))
+        dims = layer_dims(in_dim, num_classes, hidden, num_layers)
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in dims)
+        self.representation_dim = dims[-1][0]
         self.dropout = dropout
 
     def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:

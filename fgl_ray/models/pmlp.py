@@ -42,6 +42,7 @@ class PMLPGCN(GraphModel):
                  dropout: float = 0.5, propagate_in_training: bool = False) -> None:
         super().__init__()
         dims = layer_dims(in_dim, num_classes, hidden, num_layers)
+        self.representation_dim = dims[-1][0]
         self.linears = nn.ModuleList(nn.Linear(a, b, bias=False) for a, b in dims)
         self.biases = nn.ParameterList(nn.Parameter(torch.zeros(b)) for _, b in dims)
         self.norms = nn.ModuleList(nn.BatchNorm1d(b, affine=False, track_running_stats=False) for _, b in dims[:-1])

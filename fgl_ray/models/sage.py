@@ -18,5 +18,6 @@ class GraphSAGE(ConvStack):
                  dropout: float = 0.5) -> None:
         super().__init__()
         dims = layer_dims(in_dim, num_classes, hidden, num_layers)
+        self.representation_dim = dims[-1][0]
         self.convs = nn.ModuleList(SAGEConv(a, b, aggr="mean") for a, b in dims)
         self.dropout = dropout

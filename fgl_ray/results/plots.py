@@ -172,3 +172,33 @@ def plot_class_accuracy(
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png", dpi=120)
     return out
+
+
+def cluster_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Round x client table of cluster numbers from the ``cluster`` rows of a run (empty if none)."""
+    rows = df[(df["split"] == "cluster") & (df["metric"] == "cluster")]
+    if rows.empty:
+        return pd.DataFrame()
+    table = rows.pivot_table(index="round", columns="client_id", values="value", aggfunc="last")
+    return table[sorted(table.columns, key=int)].astype(int)
+
+
+def plot_cluster_membership(df: pd.DataFrame, path: str | os.PathLike[str], title: str | None = None) -> Path | None:
+    """Draws each client's cluster over rounds (one colour per cluster); None without cluster rows."""
+    table = cluster_table(df)
+    if table.empty:
+        return None
+    fig = Figure(figsize=(9, max(2.5, 0.28 * table.shape[1] + 1.2)), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    image = ax.imshow(table.to_numpy().T, aspect="auto", interpolation="nearest", cmap="tab20",
+                      extent=(table.index.min() - 0.5, table.index.max() + 0.5, table.shape[1] - 0.5, -0.5))
+    ax.set_yticks(range(table.shape[1]), [str(c) for c in table.columns])
+    ax.set_xlabel("round")
+    ax.set_ylabel("client")
+    ax.set_title(title or "cluster of each client over rounds")
+    fig.colorbar(image, ax=ax, label="cluster")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=120)
+    return out

@@ -16,6 +16,7 @@ from fgl_ray.results.writer import ALL_DOMAINS, SERVER_ID
 TEST_SPLIT = "test"
 VAL_SPLIT = "val"
 AVG_KEY = "avg_over_domains"
+CLIENT_AVG_KEY = "avg_over_clients"
 SUMMARY_NAME = "summary.json"
 
 
@@ -54,6 +55,34 @@ def round_tables(rows: pd.DataFrame, split: str) -> dict[str, pd.DataFrame]:
     return tables
 
 
+def client_tables(df: pd.DataFrame, split: str) -> dict[str, pd.DataFrame]:
+    """Metric -> round x client table of the clients' own scores on ``split`` (one run)."""
+    rows = df[(df["client_id"] != SERVER_ID) & (df["split"] == split)]
+    rows = rows.drop_duplicates(subset=["round", "client_id", "metric"], keep="last")
+    tables = {}
+    for metric, group in rows.groupby("metric", sort=True):
+        table = group.pivot(index="round", columns="client_id", values="value").sort_index()
+        tables[str(metric)] = table[sorted(table.columns, key=int)]
+    return tables
+
+
+def _at_round(tests: dict[str, pd.DataFrame], clients: dict[str, pd.DataFrame], round_index: int) -> dict[str, Any]:
+    """Test scores at one round: pooled, averaged over domains and over clients, and per client."""
+    at = {m: t.loc[round_index] for m, t in tests.items() if round_index in t.index}
+    own = {m: t.loc[round_index] for m, t in clients.items() if round_index in t.index}
+    return {
+        "domains": {d: {m: float(r[d]) for m, r in at.items() if d in r.index} for d in _domains(tests)},
+        "all": {m: float(r[ALL_DOMAINS]) for m, r in at.items() if ALL_DOMAINS in r.index},
+        AVG_KEY: {m: float(r[AVG_KEY]) for m, r in at.items()},
+        CLIENT_AVG_KEY: {m: float(r.mean()) for m, r in own.items()},
+        "clients": {str(c): {m: float(r[c]) for m, r in own.items()} for c in _clients(clients)},
+    }
+
+
+def _clients(clients: dict[str, pd.DataFrame]) -> list[str]:
+    return sorted({str(c) for table in clients.values() for c in table.columns}, key=int)
+
+
 def _stats(values: pd.Series) -> dict[str, float]:
     return {"mean": float(values.mean()), "std": float(values.std(ddof=0))}
 
@@ -64,9 +93,10 @@ def _domains(tables: dict[str, pd.DataFrame]) -> list[str]:
 
 
 def _best_validation(
-    rows: pd.DataFrame, tests: dict[str, pd.DataFrame], selection_metric: str
+    rows: pd.DataFrame, tests: dict[str, pd.DataFrame], clients: dict[str, pd.DataFrame], selection_metric: str
 ) -> dict[str, Any] | None:
-    """The earliest round with the highest pooled validation score and its test scores."""
+    """The earliest round with the highest pooled validation score and its test scores (the same
+    round for every client: never each client's own best, which would select on test data)."""
     val = rows[
         (rows["split"] == VAL_SPLIT)
         & (rows["domain"] == ALL_DOMAINS)
@@ -77,18 +107,8 @@ def _best_validation(
     val = val.sort_values("round", kind="stable")
     best = int(np.argmax(val["value"].to_numpy()))
     best_round = int(val["round"].iloc[best])
-    at_round = {m: t.loc[best_round] for m, t in tests.items() if best_round in t.index}
-    return {
-        "round": best_round,
-        "selection_metric": selection_metric,
-        "val_value": float(val["value"].iloc[best]),
-        "domains": {
-            d: {m: float(r[d]) for m, r in at_round.items() if d in r.index}
-            for d in _domains(tests)
-        },
-        "all": {m: float(r[ALL_DOMAINS]) for m, r in at_round.items() if ALL_DOMAINS in r.index},
-        AVG_KEY: {m: float(r[AVG_KEY]) for m, r in at_round.items()},
-    }
+    return {"round": best_round, "selection_metric": selection_metric, "val_value": float(val["value"].iloc[best]),
+            **_at_round(tests, clients, best_round)}
 
 
 def summarize(
@@ -109,18 +129,24 @@ def summarize(
 
     Returns:
         ``{"last_k", "rounds", "domains": {domain: {metric: {"mean", "std"}}}, "all": {metric:
-        {"mean", "std"}}, "avg_over_domains": {...}, "best_validation"}``. ``best_validation``
-        is None without validation rows, otherwise ``{"round", "selection_metric",
-        "val_value", "domains": {domain: {metric: value}}, "all": {...}, "avg_over_domains":
-        {...}}`` with the test scores at the earliest round of highest validation score.
+        {"mean", "std"}}, "avg_over_domains": {...}, "avg_over_clients": {...}, "clients":
+        {client: {metric: {"mean", "std"}}}, "final", "best_validation"}``. ``avg_over_clients``
+        is the unweighted per-round mean of the clients' own scores (GCFL's average accuracy).
+        ``final`` holds the test scores at the last evaluated round and ``best_validation``
+        (None without validation rows) those at the earliest round of highest pooled
+        validation score, each as ``{"round", "domains": {domain: {metric: value}}, "all",
+        "avg_over_domains", "avg_over_clients", "clients": {client: {metric: value}}}``
+        (``best_validation`` also has ``selection_metric`` and ``val_value``).
     """
     if last_k < 1:
         raise ValueError(f"last_k must be >= 1, got {last_k}")
     rows = server_rows(df)
     tests = round_tables(rows, TEST_SPLIT)
+    clients = client_tables(df, TEST_SPLIT)
     test_rounds = sorted(rows.loc[rows["split"] == TEST_SPLIT, "round"].unique())
     window = [int(r) for r in test_rounds[-last_k:]]
     last = {m: t.reindex(window) for m, t in tests.items()}
+    own = {m: t.reindex(window) for m, t in clients.items()}
     return {
         "last_k": last_k,
         "rounds": window,
@@ -129,7 +155,10 @@ def summarize(
         },
         "all": {m: _stats(t[ALL_DOMAINS]) for m, t in last.items() if ALL_DOMAINS in t.columns},
         AVG_KEY: {m: _stats(t[AVG_KEY]) for m, t in last.items()},
-        "best_validation": _best_validation(rows, tests, selection_metric),
+        CLIENT_AVG_KEY: {m: _stats(t.mean(axis=1)) for m, t in own.items()},
+        "clients": {c: {m: _stats(t[c]) for m, t in own.items() if c in t.columns} for c in _clients(clients)},
+        "final": {"round": window[-1], **_at_round(tests, clients, window[-1])} if window else None,
+        "best_validation": _best_validation(rows, tests, clients, selection_metric),
     }
 
 

@@ -1,8 +1,7 @@
-"""One virtual client: its private partition, model, optimizer and algorithm state."""
+"""One virtual client: its private data (as its task holds it), model, optimizer and algorithm state."""
 
 from __future__ import annotations
 
-import copy
 import time
 
 import torch
@@ -11,13 +10,10 @@ from fgl_ray.algorithms import ClientContext, build_algorithm
 from fgl_ray.config import ExperimentConfig
 from fgl_ray.data.types import ClientGraph
 from fgl_ray.messages import Broadcast, ClientEvaluation, ClientUpdate
-from fgl_ray.metrics import confusion_matrix
 from fgl_ray.models import build_model
-from fgl_ray.models.base import quiet_sparse_warnings
 from fgl_ray.params import buffer_vector, trainable_vector
 from fgl_ray.runtime.seeding import derive_seed
-
-SPLITS = ("train", "val", "test")
+from fgl_ray.tasks import build_task
 
 
 class SimulatedClientFailure(RuntimeError):
@@ -38,23 +34,6 @@ def build_optimizer(config: ExperimentConfig, model: torch.nn.Module) -> torch.o
     return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
 
 
-SPARSE_DENSITY = 0.1
-
-
-def client_features(config: ExperimentConfig, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``x`` as a sparse CSR matrix when the config and model allow and it pays off.
-
-    Multi-hot features (Twitch, WikiNet) are under 1% dense; a sparse first layer is several
-    times faster and gives the same result.
-    """
-    if config.sparse_features == "off" or not model.accepts_sparse_features:
-        return x
-    if config.sparse_features == "auto" and float((x != 0).float().mean()) > SPARSE_DENSITY:
-        return x
-    with quiet_sparse_warnings():
-        return x.to_sparse_csr()
-
-
 class ClientRuntime:
     """Hosts one client wherever it lives (an actor or the driver process)."""
 
@@ -64,13 +43,13 @@ class ClientRuntime:
         self.domain = graph.domain
         self.config = config
         device = torch.device(device)
-        model = build_config_model(config, num_features, num_classes).to(device)
+        self.task = build_task(config)
+        model = build_config_model(config, *self.task.model_dims(graph.data, num_features, num_classes)).to(device)
         self.algorithm = build_algorithm(config.algorithm, config.algorithm_options, config)
-        data = copy.copy(graph.data).to(device)  # shallow: never alter the caller's partition
-        data.x = client_features(config, model, data.x)
         self.ctx = ClientContext(
-            client_id=graph.client_id, data=data, model=model,
+            client_id=graph.client_id, data=self.task.prepare(graph.data, model, device), model=model,
             optimizer=build_optimizer(config, model), config=config, num_classes=num_classes, device=device,
+            task=self.task,
         )
         self.algorithm.setup_client(self.ctx)
         self.trained = False
@@ -105,22 +84,16 @@ class ClientRuntime:
         )
 
     def evaluate(self, broadcast: Broadcast) -> ClientEvaluation:
-        """Confusion matrices on every split of the model this client would use now.
+        """The task's statistics on every split of the model this client would use now.
 
         ``evaluate: global`` loads the broadcast (aggregated) model first; ``local`` scores the
         client's model as its last local training left it (the broadcast model before it ever trained).
         """
         if self.config.evaluate == "global" or not self.trained:
             self.algorithm.receive(self.ctx, broadcast)
-        logits = self.algorithm.predict(self.ctx)
-        data = self.ctx.data
-        predictions = logits.argmax(dim=-1)
-        confusion = {
-            split: confusion_matrix(data.y[mask].cpu(), predictions[mask].cpu(), self.ctx.num_classes)
-            for split in SPLITS
-            for mask in [getattr(data, f"{split}_mask")]
-        }
-        return ClientEvaluation(client_id=self.client_id, confusion=confusion)
+        stats = self.task.evaluate(lambda batch: self.algorithm.predict(self.ctx, batch), self.ctx.data,
+                                   self.ctx.num_classes)
+        return ClientEvaluation(client_id=self.client_id, stats=stats)
 
     def weights(self) -> torch.Tensor:
         """The client model's current trainable weights (flat, on CPU)."""

@@ -19,9 +19,11 @@ from fgl_ray.metrics import class_frequency_order
 from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_accuracy, plot_class_accuracy,
                              plot_learning_curves, plot_update_diagnostics, read_metrics, summarize,
                              write_manifest, write_summary)
+from fgl_ray.results.plots import cluster_table, plot_cluster_membership
 from fgl_ray.results.references import reference_scores
 from fgl_ray.runtime.records import round_rows
 from fgl_ray.runtime.server import RoundResult
+from fgl_ray.tasks import build_task, pool_stats
 
 
 @dataclass
@@ -80,6 +82,7 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
                    extra={"run_id": run_id, "domains": data.domains, "num_clients": len(data.clients),
                           "client_domains": {g.client_id: g.domain for g in data.clients}})
     writer = MetricsWriter(run_dir, run_id)
+    task = build_task(config)
     domain_of = {graph.client_id: graph.domain for graph in data.clients}
     class_counts = training_class_counts(data)
     class_order = class_frequency_order(class_counts)
@@ -91,11 +94,13 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
         with (run_dir / "failures.jsonl").open("a") as failure_log:
             for round_index in bar:
                 result = backend.run_round(round_index)
-                rows = round_rows(result, domain_of, config.diagnostics_fraction, class_order, config.class_group_cuts)
-                if result.evaluations:
-                    last_test = sum(e.confusion["test"] for e in result.evaluations)
-                    for evaluation in result.evaluations:
-                        test_counts.setdefault(evaluation.client_id, evaluation.confusion["test"].sum(axis=1))
+                rows = round_rows(result, domain_of, task, config.diagnostics_fraction, class_order,
+                                  config.class_group_cuts)
+                tested = [e for e in result.evaluations if "confusion" in e.stats.get("test", {})]
+                if tested:  # classification: the last test confusion and the test label counts
+                    last_test = pool_stats(e.stats["test"] for e in tested)["confusion"]
+                    for evaluation in tested:
+                        test_counts.setdefault(evaluation.client_id, evaluation.stats["test"]["confusion"].sum(axis=1))
                 writer.write(rows)
                 if result.diagnostics:
                     save_diagnostics(run_dir, result)
@@ -121,7 +126,24 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
         save_class_accuracy(run_dir, config, last_test, class_counts)
     if config.diagnostics:
         plot_saved_diagnostics(run_dir, metrics, domain_of)
+    save_clusters(run_dir, metrics)
     return RunResult(run_id, run_dir, summary)
+
+
+def save_clusters(run_dir: Path, metrics) -> Path | None:
+    """For clustered algorithms: ``clusters.json`` (the membership after every round where it
+    changed, round 0 included) and ``clusters.png``; None when the run recorded no clusters."""
+    table = cluster_table(metrics)
+    if table.empty:
+        return None
+    changes, previous = [], None
+    for round_index, row in table.iterrows():
+        membership = {str(c): sorted(int(k) for k in row.index[row == c]) for c in sorted(set(row))}
+        if membership != previous:
+            changes.append({"round": int(round_index), "clusters": membership})
+            previous = membership
+    (run_dir / "clusters.json").write_text(json.dumps(changes, indent=1))
+    return plot_cluster_membership(metrics, run_dir / "clusters.png")
 
 
 def save_class_accuracy(run_dir: Path, config: ExperimentConfig, confusion: np.ndarray,

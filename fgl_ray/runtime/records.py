@@ -7,9 +7,10 @@ from typing import Mapping, Sequence
 import torch
 
 from fgl_ray.diagnostics import mean_off_diagonal, random_overlap_reference
-from fgl_ray.metrics import group_confusions, head_medium_tail, scores_from_confusion
+from fgl_ray.messages import cluster_number
 from fgl_ray.results import ALL_DOMAINS, SERVER_ID, metric_rows
 from fgl_ray.runtime.server import RoundResult
+from fgl_ray.tasks import Task, group_stats, pool_stats
 
 EVAL_SPLITS = ("val", "test")
 #: Per-client diagnostics; each also gets a per-domain row (the mean over the domain's clients).
@@ -60,39 +61,44 @@ def aggregation_rows(result: RoundResult, domain_of: Mapping[int, str]) -> list[
                               {"max_client_weight": weights[top], "max_weight_client": float(top)})
 
 
-def round_rows(result: RoundResult, domain_of: Mapping[int, str], fraction: float = 0.05,
+def cluster_rows(result: RoundResult, domain_of: Mapping[int, str]) -> list[dict]:
+    """Each client's cluster number after the round (split ``cluster``), for clustered algorithms."""
+    rows: list[dict] = []
+    for client_id, key in sorted(result.assignment.items()):
+        rows += metric_rows(result.round, client_id, domain_of[client_id], "cluster", {"cluster": cluster_number(key)})
+    return rows
+
+
+def round_rows(result: RoundResult, domain_of: Mapping[int, str], task: Task, fraction: float = 0.05,
                class_order: Sequence[int] | None = None,
                class_group_cuts: tuple[float, float] = (1 / 3, 2 / 3)) -> list[dict]:
     """Per-client, per-domain (pooled) and overall (pooled) scores, train metrics, failures, timings,
     aggregation weights and diagnostics.
 
-    With ``class_order`` (classes by decreasing GLOBAL training frequency), the overall rows also
-    carry ``head_accuracy``, ``medium_accuracy`` and ``tail_accuracy``
-    (:func:`~fgl_ray.metrics.head_medium_tail` at ``class_group_cuts``; a group without test or
-    validation samples, e.g. the medium group of two classes, is left out).
+    Scores come from the ``task``'s statistics: per client, pooled per domain and pooled over the
+    federation (:meth:`~fgl_ray.tasks.Task.pooled_scores`; for classification, with
+    ``class_order``, i.e. classes by decreasing GLOBAL training frequency, the overall rows also
+    carry head/medium/tail accuracy at ``class_group_cuts``).
     """
     t = result.round
     rows: list[dict] = []
     for client_id, metrics in sorted(result.updates.items()):
         rows += metric_rows(t, client_id, domain_of[client_id], "train", metrics)
     for split in EVAL_SPLITS:
-        per_client = {e.client_id: e.confusion[split] for e in result.evaluations}
+        per_client = {e.client_id: e.stats[split] for e in result.evaluations if split in e.stats}
         if not per_client:
             continue
-        for client_id, cm in sorted(per_client.items()):
-            rows += metric_rows(t, client_id, domain_of[client_id], split, scores_from_confusion(cm))
-        for domain, cm in group_confusions(per_client, domain_of).items():
-            rows += metric_rows(t, SERVER_ID, domain, split, scores_from_confusion(cm))
-        pooled = group_confusions(per_client, {cid: ALL_DOMAINS for cid in per_client})[ALL_DOMAINS]
-        scores = scores_from_confusion(pooled)
-        if class_order is not None:
-            groups = head_medium_tail(pooled, class_order, class_group_cuts)
-            scores |= {f"{name}_accuracy": value for name, value in groups.items() if value == value}  # no NaN
-        rows += metric_rows(t, SERVER_ID, ALL_DOMAINS, split, scores)
+        for client_id, stats in sorted(per_client.items()):
+            rows += metric_rows(t, client_id, domain_of[client_id], split, task.scores(stats))
+        for domain, stats in group_stats(per_client, domain_of).items():
+            rows += metric_rows(t, SERVER_ID, domain, split, task.scores(stats))
+        pooled = task.pooled_scores(pool_stats(per_client.values()), class_order, class_group_cuts)
+        rows += metric_rows(t, SERVER_ID, ALL_DOMAINS, split, pooled)
     for failure in result.failures:
         rows += metric_rows(t, failure.client_id, domain_of[failure.client_id], failure.phase, {"failed": 1.0})
     rows += diagnostic_rows(result, domain_of, fraction)
     rows += aggregation_rows(result, domain_of)
+    rows += cluster_rows(result, domain_of)
     rows += metric_rows(t, SERVER_ID, ALL_DOMAINS, "round", {
         "seconds": result.seconds, **result.timings,
         "participants": len(result.updates), "aggregated": float(result.aggregated),

@@ -49,6 +49,7 @@ class RoundResult:
     timings: dict[str, float] = field(default_factory=dict)
     diagnostics: dict[str, np.ndarray] = field(default_factory=dict)
     aggregation_weights: dict[int, float] = field(default_factory=dict)
+    assignment: dict[int, str] = field(default_factory=dict)
 
 
 class ServerRuntime:
@@ -70,9 +71,9 @@ class ServerRuntime:
         self.aggregator = build_aggregator(config.aggregator, config.aggregator_options, self.layout, self.client_ids,
                                            config.local_epochs)
         self.aggregation_weights: dict[int, float] = {}
-        embedding_dim = config.hidden if config.num_layers > 1 else num_features  # width of model.encode
-        self.declared = self.algorithm.declared_stats(num_classes, embedding_dim)
+        self.declared = self.algorithm.declared_stats(num_classes, model.representation_dim)
         self.rng = np.random.default_rng(derive_seed(config.seed, -2))
+        self.round_index = -1
         self.algorithm.setup_server(self)
         self._broadcast: Broadcast | None = None
 
@@ -80,6 +81,7 @@ class ServerRuntime:
     def run_round(self, round_index: int) -> RoundResult:
         """Trains the selected clients, aggregates, and evaluates when due."""
         started = time.perf_counter()
+        self.round_index = round_index
         selected = self.algorithm.select(self, round_index, self.rng)
         answers = self.pool.train(self.broadcast(round_index), selected, self.config.round_timeout_s)
         trained = time.perf_counter()
@@ -101,6 +103,7 @@ class ServerRuntime:
             evaluations=evaluations, failures=failures, aggregated=aggregated, seconds=finished - started,
             timings={"train_seconds": trained - started, "evaluate_seconds": finished - trained},
             diagnostics=diagnostics, aggregation_weights=dict(self.aggregation_weights),
+            assignment=dict(self.assignment),
         )
 
     def _diagnostics(self, updates: Sequence[ClientUpdate]) -> dict[str, np.ndarray]:

@@ -11,6 +11,7 @@ from fgl_ray.config import load_config
 from fgl_ray.data.types import ClientGraph, FederatedGraphData
 from fgl_ray.messages import GLOBAL, Broadcast, ModelState
 from fgl_ray.params import buffer_vector, trainable_vector
+from fgl_ray.tasks import build_task
 
 NUM_FEATURES = 6
 NUM_CLASSES = 3
@@ -69,7 +70,7 @@ def make_context():
         algorithm = build_algorithm(config.algorithm, config.algorithm_options, config)
         ctx = ClientContext(client_id=graph.client_id, data=graph.data, model=model,
                             optimizer=torch.optim.SGD(model.parameters(), lr=config.lr), config=config,
-                            num_classes=NUM_CLASSES, device=torch.device("cpu"))
+                            num_classes=NUM_CLASSES, device=torch.device("cpu"), task=build_task(config))
         algorithm.setup_client(ctx)
         return algorithm, ctx
     return make

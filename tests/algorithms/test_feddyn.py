@@ -57,8 +57,8 @@ def test_extra_terms_vanish_at_round_zero(make_config, make_context, broadcast_o
     assert torch.equal(ctx.state["feddyn_grad"], torch.zeros_like(trainable_vector(ctx.model)))
     dyn.receive(ctx, broadcast_of(ctx.model))
     logits = ctx.model(ctx.data.x, ctx.data.edge_index)
-    got = loss_and_grad(ctx.model, dyn.loss(ctx, logits))
-    want = loss_and_grad(ctx.model, avg.loss(ctx, logits))
+    got = loss_and_grad(ctx.model, dyn.loss(ctx, ctx.data, logits))
+    want = loss_and_grad(ctx.model, avg.loss(ctx, ctx.data, logits))
     assert torch.equal(got[0], want[0])
     torch.testing.assert_close(got[1], want[1])
 
@@ -83,7 +83,7 @@ def test_client_gradient_state_follows_the_update_rule_across_rounds(make_config
     algorithm.receive(ctx, broadcast)            # at the anchor only the linear term remains
     ctx.model.eval()
     logits = ctx.model(ctx.data.x, ctx.data.edge_index)
-    extra = algorithm.loss(ctx, logits) - ALGORITHMS.get("fedavg").loss(algorithm, ctx, logits)
+    extra = algorithm.loss(ctx, ctx.data, logits) - ALGORITHMS.get("fedavg").loss(algorithm, ctx, ctx.data, logits)
     torch.testing.assert_close(extra, -torch.dot(grads[-1], trainable_vector(ctx.model)))
 
 

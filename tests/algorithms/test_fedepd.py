@@ -133,11 +133,11 @@ def test_stage_two_waits_for_prototypes(make_config, make_context):
 def test_prediction_never_uses_the_prototypes(make_config, make_context, mode):
     algorithm, ctx = make_context(make_config("fedepd", algorithm_options={"logit_adjust": mode}))
     ctx.server_stats = prototype_stats(1)
-    first = algorithm.predict(ctx)
+    first = algorithm.predict(ctx, ctx.data)
     ctx.server_stats = prototype_stats(2, present=(True, False, True))
-    assert torch.equal(first, algorithm.predict(ctx))
+    assert torch.equal(first, algorithm.predict(ctx, ctx.data))
     ctx.server_stats = {}
-    assert torch.equal(first, algorithm.predict(ctx))
+    assert torch.equal(first, algorithm.predict(ctx, ctx.data))
     ctx.model.eval()
     plain = ctx.model(ctx.data.x, ctx.state["edge_index"])
     expected = plain + ctx.state["delta"] if mode == "posthoc" else plain

@@ -85,8 +85,8 @@ def test_client_loss_uses_its_training_counts(make_config, make_context, ring_gr
     logits = ctx.model(data.x, data.edge_index)
     expected = calibrated_cross_entropy(logits[data.train_mask], data.y[data.train_mask],
                                         calibration_margins(counts, 0.5))
-    assert algorithm.loss(ctx, logits).item() == pytest.approx(expected.item(), rel=1e-6)
-    assert torch.isfinite(algorithm.loss(ctx, logits))
+    assert algorithm.loss(ctx, ctx.data, logits).item() == pytest.approx(expected.item(), rel=1e-6)
+    assert torch.isfinite(algorithm.loss(ctx, ctx.data, logits))
 
 
 def test_runs_in_process(make_config, tiny_data, run_local):

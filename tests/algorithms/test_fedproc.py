@@ -42,11 +42,11 @@ def test_without_global_prototypes_the_loss_is_cross_entropy(make_config, make_c
     proc.receive(ctx, broadcast_of(ctx.model, round_index=2))
     z = ctx.model.encode(ctx.data.x, ctx.data.edge_index)
     logits = ctx.model.classify(z, ctx.data.edge_index)
-    want = loss_and_grad(ctx.model, avg.loss(ctx, logits))
+    want = loss_and_grad(ctx.model, avg.loss(ctx, ctx.data, logits))
     for stats in ({}, {"prototypes": torch.randn(NUM_CLASSES, HIDDEN),
                        "present": torch.zeros(NUM_CLASSES, dtype=torch.bool)}):
         ctx.server_stats = stats
-        got = loss_and_grad(ctx.model, proc.objective(ctx, z, logits))
+        got = loss_and_grad(ctx.model, proc.objective(ctx, ctx.data, z, logits))
         assert torch.equal(got[0], want[0])
         torch.testing.assert_close(got[1], want[1])
 
@@ -62,8 +62,8 @@ def test_loss_mixes_contrastive_and_cross_entropy(make_config, make_context, bro
     nodes = ctx.data.train_mask & present[ctx.data.y]
     pc = prototype_contrastive_loss(z[nodes], ctx.data.y[nodes], prototypes, present, 0.5)
     alpha = options.get("constant_alpha", 1 - 1 / options.get("anneal_rounds", 4))
-    expected = alpha * options.get("weight", 1.0) * pc + (1 - alpha) * avg.loss(ctx, logits)
-    torch.testing.assert_close(proc.objective(ctx, z, logits), expected)
+    expected = alpha * options.get("weight", 1.0) * pc + (1 - alpha) * avg.loss(ctx, ctx.data, logits)
+    torch.testing.assert_close(proc.objective(ctx, ctx.data, z, logits), expected)
 
 
 def test_round_index_and_prototypes_carry_across_rounds(make_config, tiny_data, run_local):

@@ -50,11 +50,11 @@ def test_without_global_prototypes_the_loss_is_cross_entropy(make_config, make_c
     avg, _ = make_context(make_config("fedavg", dropout=0.0))
     z = ctx.model.encode(ctx.data.x, ctx.data.edge_index)
     logits = ctx.model.classify(z, ctx.data.edge_index)
-    want = loss_and_grad(ctx.model, avg.loss(ctx, logits))
+    want = loss_and_grad(ctx.model, avg.loss(ctx, ctx.data, logits))
     for stats in ({}, {"prototypes": torch.randn(NUM_CLASSES, HIDDEN),
                        "present": torch.zeros(NUM_CLASSES, dtype=torch.bool)}):
         ctx.server_stats = stats
-        got = loss_and_grad(ctx.model, proto.objective(ctx, z, logits))
+        got = loss_and_grad(ctx.model, proto.objective(ctx, ctx.data, z, logits))
         assert torch.equal(got[0], want[0])
         torch.testing.assert_close(got[1], want[1])
 
@@ -70,7 +70,7 @@ def test_regulariser_is_mse_over_training_nodes_whose_class_has_a_prototype(make
     nodes = data.train_mask & (data.y != 0)
     expected = F.cross_entropy(logits[data.train_mask], data.y[data.train_mask]) \
         + lam * ((z[nodes] - prototypes[data.y[nodes]]) ** 2).mean()
-    torch.testing.assert_close(proto.objective(ctx, z, logits), expected)
+    torch.testing.assert_close(proto.objective(ctx, ctx.data, z, logits), expected)
 
 
 def test_uploads_have_exactly_the_declared_shapes(make_config, make_client, ring_graph, broadcast_of):

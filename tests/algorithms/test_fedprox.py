@@ -21,8 +21,8 @@ def test_at_the_global_point_loss_and_gradient_equal_fedavg(make_config, make_co
     avg, _ = make_context(make_config("fedavg", dropout=0.0))
     prox.receive(ctx, broadcast_of(ctx.model))
     logits = ctx.model(ctx.data.x, ctx.data.edge_index)
-    got = loss_and_grad(ctx.model, prox.loss(ctx, logits))
-    want = loss_and_grad(ctx.model, avg.loss(ctx, logits))
+    got = loss_and_grad(ctx.model, prox.loss(ctx, ctx.data, logits))
+    want = loss_and_grad(ctx.model, avg.loss(ctx, ctx.data, logits))
     assert torch.equal(got[0], want[0])
     torch.testing.assert_close(got[1], want[1])
 
@@ -36,7 +36,7 @@ def test_away_from_the_global_point_the_term_is_half_mu_squared_distance(make_co
     moved = global_weights + 0.1 * torch.randn_like(global_weights)
     load_trainable_vector(ctx.model, moved)
     logits = ctx.model(ctx.data.x, ctx.data.edge_index)
-    extra = prox.loss(ctx, logits) - avg.loss(ctx, logits)
+    extra = prox.loss(ctx, ctx.data, logits) - avg.loss(ctx, ctx.data, logits)
     torch.testing.assert_close(extra, 0.5 * mu * (moved - global_weights).pow(2).sum())
 
 

@@ -42,12 +42,12 @@ def test_mu_zero_equals_cross_entropy_when_a_previous_model_exists(make_config, 
     avg, _ = make_context(make_config("fedavg", dropout=0.0))
     moon.receive(ctx, broadcast_of(ctx.model))
     moon.local_train(ctx)                      # creates the previous local model
-    z_glob, z_prev = moon._targets(ctx)
+    z_glob, z_prev = moon._targets(ctx, ctx.data)
     assert z_prev is not None
     z = ctx.model.encode(ctx.data.x, ctx.data.edge_index)
     logits = ctx.model.classify(z, ctx.data.edge_index)
     got = loss_and_grad(ctx.model, moon_objective(moon, ctx, z, logits, (z_glob, z_prev)))
-    want = loss_and_grad(ctx.model, avg.loss(ctx, logits))
+    want = loss_and_grad(ctx.model, avg.loss(ctx, ctx.data, logits))
     assert torch.equal(got[0], want[0])
     torch.testing.assert_close(got[1], want[1])
     moon.options = moon.Options(mu=1.0)
@@ -73,7 +73,7 @@ def test_previous_local_model_persists_across_rounds(make_config, make_client, r
     client = make_client(make_config("moon"), ring_graph(0))
     state = client.ctx.state
     global_copy, previous_copy = state["moon_global_model"], state["moon_previous_model"]
-    assert state["moon_previous"] is None
+    assert not state["moon_has_previous"]
 
     first = broadcast_of(client.ctx.model, round_index=0)
     received = first.models["global"].params.clone()
@@ -81,26 +81,26 @@ def test_previous_local_model_persists_across_rounds(make_config, make_client, r
     assert update.stats == {}
     assert torch.equal(trainable_vector(global_copy), received)   # training never moves the global copy
     trained = client.weights()
-    assert torch.equal(state["moon_previous"][0], trained)
+    assert state["moon_has_previous"] and torch.equal(trainable_vector(previous_copy), trained)
 
     second = broadcast_of(client.ctx.model, round_index=1)
     second.models["global"].params.add_(0.01)     # a different global model
     client.evaluate(second)                        # receive() alone leaves the previous model alone
-    assert torch.equal(state["moon_previous"][0], trained)
+    assert torch.equal(trainable_vector(previous_copy), trained)
     assert torch.equal(trainable_vector(global_copy), second.models["global"].params)
 
     client.train(second)
-    assert not torch.equal(state["moon_previous"][0], trained)
-    assert torch.equal(state["moon_previous"][0], client.weights())
+    assert not torch.equal(trainable_vector(previous_copy), trained)
+    assert torch.equal(trainable_vector(previous_copy), client.weights())
     assert state["moon_global_model"] is global_copy and state["moon_previous_model"] is previous_copy
 
 
 def test_runs_on_pmlp_whose_phases_differ(make_config, tiny_data, run_local):
     backend = run_local(make_config("moon", model="pmlp_gcn"), tiny_data, rounds=2)
-    assert all(c.ctx.state["moon_previous"] is not None for c in backend.pool.clients.values())
+    assert all(c.ctx.state["moon_has_previous"] for c in backend.pool.clients.values())
 
 
 def moon_objective(moon, ctx, z, logits, targets):
     """MOON's objective with the round's targets set, as ``local_train`` sets them."""
-    ctx.state["moon_targets"] = targets
-    return moon.objective(ctx, z, logits)
+    ctx.state["moon_targets"] = (ctx.data, targets)
+    return moon.objective(ctx, ctx.data, z, logits)

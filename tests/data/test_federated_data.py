@@ -61,6 +61,6 @@ def test_data_seed_decides_partition_and_splits():
     assert not torch.equal(first.clients[0].data.x, other.clients[0].data.x)
 
 
-def test_graph_task_dataset_is_refused_when_the_config_is_built():
-    with pytest.raises(ConfigError, match="graph-classification set.*choose a node dataset"):
-        load_config({"dataset": "tu-mutag"})
+def test_a_node_only_algorithm_on_a_graph_dataset_is_refused_when_the_config_is_built():
+    with pytest.raises(ConfigError, match="algorithm 'fedepd' does not support task 'graph-classification'.*fedavg"):
+        load_config({"dataset": "tu-mutag", "algorithm": "fedepd"})

@@ -13,8 +13,11 @@ def _graph(num_nodes=12, num_features=6, seed=0):
     return x, to_undirected(ring)
 
 
-@pytest.mark.parametrize("name", MODELS.names())
-def test_every_model_maps_nodes_to_class_logits_and_encodes_at_hidden_width(name):
+NODE_MODELS = [n for n in MODELS.names() if "node-classification" in MODELS.get(n).tasks]
+
+
+@pytest.mark.parametrize("name", NODE_MODELS)
+def test_every_node_model_maps_nodes_to_class_logits_and_encodes_at_hidden_width(name):
     x, edge_index = _graph()
     model = build_model(name, 6, 3, hidden=8).eval()
     assert model(x, edge_index).shape == (12, 3)
@@ -54,3 +57,36 @@ def test_pmlp_batchnorm_has_no_parameters_or_buffers():
     model = build_model("pmlp_gcn", 6, 3, hidden=8)
     assert not [b for b in model.buffers() if b.is_floating_point()]
     assert all("norms" not in name for name, _ in model.named_parameters())
+
+
+def _graphs():
+    from torch_geometric.data import Batch, Data
+
+    first = Data(x=torch.randn(5, 6, generator=torch.Generator().manual_seed(1)),
+                 edge_index=to_undirected(torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])))
+    second = Data(x=torch.randn(3, 6, generator=torch.Generator().manual_seed(2)),
+                  edge_index=to_undirected(torch.tensor([[0, 1], [1, 2]])))
+    permutation = torch.tensor([4, 2, 0, 3, 1])                    # the first graph with its nodes renumbered
+    inverse = torch.argsort(permutation)
+    shuffled = Data(x=first.x[permutation], edge_index=inverse[first.edge_index])
+    return Batch.from_data_list([first, second, shuffled])
+
+
+def test_gin_gives_one_row_per_graph_and_ignores_node_order():
+    batch = _graphs()
+    model = build_model("gin", 6, 3, hidden=8, num_layers=3).eval()
+    z = model.encode(batch.x, batch.edge_index, batch.batch)
+    assert z.shape == (3, 8) and model.classify(z).shape == (3, 3)
+    torch.testing.assert_close(z[0], z[2])                          # sum pooling: invariant to node order
+    assert not torch.allclose(z[0], z[1])
+
+
+def test_gin_shares_only_its_convolutions_unless_told_otherwise():
+    from fgl_ray.params import ParamLayout
+
+    convs = ParamLayout.of(build_model("gin", 6, 3, hidden=8))
+    assert convs.names and all(name.startswith("convs.") for name in convs.names)
+    everything = ParamLayout.of(build_model("gin", 6, 3, hidden=8, share="all"))
+    assert {"embedding.weight", "readout.weight"} <= set(everything.names)
+    # the shared part does not depend on the input width or the label count
+    assert ParamLayout.of(build_model("gin", 40, 7, hidden=8)) == convs

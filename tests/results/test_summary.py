@@ -108,3 +108,27 @@ def test_write_summary_is_strict_json(tmp_path: Path, run) -> None:
     loaded = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     assert loaded["all"]["accuracy"]["std"] is None
     assert loaded["best_validation"]["round"] == summary["best_validation"]["round"]
+
+
+def test_client_figures_final_round_and_best_validation_per_client() -> None:
+    rng = np.random.default_rng(3)
+    per_client = {c: rng.random(len(ROUNDS)) for c in ("0", "1", "7")}
+    rows = _long({("all", "test", "accuracy"): rng.random(len(ROUNDS))})
+    val = rng.random(len(ROUNDS)) * 0.5
+    val[4] = 0.99
+    rows += _long({("all", "val", "accuracy"): val})
+    for client, series in per_client.items():
+        rows += _long({("DE", "test", "accuracy"): series, ("DE", "train", "accuracy"): series + 9}, client)
+    summary = summarize(pd.DataFrame(rows), last_k=LAST_K)
+    window = slice(len(ROUNDS) - LAST_K, None)
+    mean_curve = np.mean([series for series in per_client.values()], axis=0)
+    assert summary["avg_over_clients"]["accuracy"]["mean"] == pytest.approx(mean_curve[window].mean())
+    assert summary["avg_over_clients"]["accuracy"]["std"] == pytest.approx(mean_curve[window].std())
+    assert sorted(summary["clients"], key=int) == ["0", "1", "7"]          # train rows are not test scores
+    for client, series in per_client.items():
+        assert summary["clients"][client]["accuracy"]["mean"] == pytest.approx(series[window].mean())
+        assert summary["final"]["clients"][client]["accuracy"] == pytest.approx(series[-1])
+        assert summary["best_validation"]["clients"][client]["accuracy"] == pytest.approx(series[4])
+    assert summary["final"]["round"] == int(ROUNDS[-1])
+    assert summary["best_validation"]["round"] == int(ROUNDS[4])
+    assert summary["best_validation"]["avg_over_clients"]["accuracy"] == pytest.approx(mean_curve[4])

@@ -14,7 +14,7 @@ def test_sparse_features_give_the_same_predictions_and_leave_the_partition_dense
     assert runtimes["off"].ctx.data.x.layout == torch.strided
     assert graph.data.x.layout == torch.strided
     runtimes["on"].ctx.model.load_state_dict(runtimes["off"].ctx.model.state_dict())
-    logits = {mode: runtime.algorithm.predict(runtime.ctx) for mode, runtime in runtimes.items()}
+    logits = {mode: runtime.algorithm.predict(runtime.ctx, runtime.ctx.data) for mode, runtime in runtimes.items()}
     torch.testing.assert_close(logits["on"], logits["off"])
 
 

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from fgl_ray.config import load_config
 from fgl_ray.messages import ClientEvaluation
 from fgl_ray.metrics import class_frequency_order
 from fgl_ray.runtime.records import round_rows
 from fgl_ray.runtime.server import RoundResult
+from fgl_ray.tasks import build_task
+
+TASK = build_task(load_config({}))
 
 
 def result_with(confusions):
-    evaluations = [ClientEvaluation(client_id=cid, confusion={"val": cm, "test": cm}) for cid, cm in confusions.items()]
+    evaluations = [ClientEvaluation(client_id=cid, stats={"val": {"confusion": cm}, "test": {"confusion": cm}})
+                   for cid, cm in confusions.items()]
     return RoundResult(round=0, selected=list(confusions), updates={}, evaluations=evaluations, failures=[],
                        aggregated=True, seconds=0.0)
 
@@ -31,14 +36,14 @@ def test_overall_rows_carry_head_medium_tail_accuracy_by_global_training_order()
     a[3, 4] = 2          # class 3: 2 right of 4
     b = np.diag([1, 0, 1, 0, 1, 0]).astype(np.int64)
     b[1, 2] = 4          # class 1: 4 right of 8 over both clients
-    rows = round_rows(result_with({0: a, 1: b}), {0: "d0", 1: "d1"}, class_order=order)
+    rows = round_rows(result_with({0: a, 1: b}), {0: "d0", 1: "d1"}, TASK, class_order=order)
     pooled = a + b
     right, support = np.diag(pooled), pooled.sum(1)
     groups = {"head": [4, 1], "medium": [0, 5], "tail": [2, 3]}
     scores = overall(rows)
     for name, classes in groups.items():
         assert scores[f"{name}_accuracy"] == right[classes].sum() / support[classes].sum()
-    cut = round_rows(result_with({0: a}), {0: "d0"}, class_order=order, class_group_cuts=(0.5, 0.5))
+    cut = round_rows(result_with({0: a}), {0: "d0"}, TASK, class_order=order, class_group_cuts=(0.5, 0.5))
     assert "medium_accuracy" not in overall(cut)                          # an empty group is left out
     assert overall(cut)["head_accuracy"] == np.diag(a)[[4, 1, 0]].sum() / a.sum(1)[[4, 1, 0]].sum()
     per_client = [r for r in rows if r["client_id"] != "server" and "head" in r["metric"]]
@@ -47,7 +52,7 @@ def test_overall_rows_carry_head_medium_tail_accuracy_by_global_training_order()
 
 def test_without_an_order_the_rows_are_unchanged():
     cm = np.eye(3, dtype=np.int64)
-    assert not any("head" in r["metric"] for r in round_rows(result_with({0: cm}), {0: "d"}))
+    assert not any("head" in r["metric"] for r in round_rows(result_with({0: cm}), {0: "d"}, TASK))
 
 
 def test_a_run_records_class_groups_and_writes_the_class_plot(tiny_config, tiny_data):
