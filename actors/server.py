@@ -34,6 +34,9 @@ class ServerActor:
     def global_weights(self) -> torch.Tensor:
         return self.server.global_weights()
 
+    def server_models(self) -> tuple[dict[int, str], dict[str, torch.Tensor]]:
+        return self.server.server_models()
+
     def client_state(self, client_id: int, key: str):
         """One entry of a client's persistent state, read inside the actor that hosts it."""
         return ray.get(self.pool.actor_of[client_id].client_state.remote(client_id, key))

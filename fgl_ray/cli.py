@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     datasets = commands.add_parser("datasets", help="datasets and whether each is available offline")
     datasets.add_argument("--data-dir", type=Path, default=None, help="dataset root (default $FGL_DATA_DIR or cache)")
 
-    commands.add_parser("list", help="algorithms, aggregators, models, partitioners")
+    commands.add_parser("list", help="tasks, algorithms, aggregators, models, partitioners")
     _add_tune_commands(commands)
     return parser
 
@@ -93,11 +93,11 @@ def _datasets(args: argparse.Namespace) -> int:
 
     root = load_config({"data_dir": args.data_dir} if args.data_dir else {}).resolved_data_dir()
     print(f"dataset root: {root}")
-    print(f"{'name':<18} {'task':<6} {'offline':<8} domains")
+    print(f"{'name':<18} {'tasks':<22} {'offline':<8} domains")
     for name in DATASETS.names():
         spec = DATASETS.get(name)
         offline = "yes" if available_offline(spec, root) else "no"
-        print(f"{name:<18} {spec.task:<6} {offline:<8} {', '.join(spec.domains)}")
+        print(f"{name:<18} {','.join(spec.tasks):<22} {offline:<8} {', '.join(spec.domains)}")
     return 0
 
 
@@ -105,10 +105,16 @@ def _list(_: argparse.Namespace) -> int:
     from fgl_ray.aggregators import AGGREGATORS
     from fgl_ray.algorithms import ALGORITHMS
     from fgl_ray.data.partition import PARTITIONERS, PRESETS
+    from fgl_ray.data.graphsets import GRAPH_PARTITIONS
     from fgl_ray.models import MODELS
+    from fgl_ray.tasks import TASKS
 
-    for title, names in (("algorithms", ALGORITHMS.names()), ("aggregators", AGGREGATORS.names()),
-                         ("models", MODELS.names()), ("partitioners", PARTITIONERS.names()),
+    def with_tasks(registry):
+        return [f"{name} ({', '.join(registry.get(name).tasks)})" for name in registry.names()]
+
+    for title, names in (("tasks", TASKS.names()), ("algorithms", with_tasks(ALGORITHMS)),
+                         ("aggregators", AGGREGATORS.names()), ("models", with_tasks(MODELS)),
+                         ("node partitioners", PARTITIONERS.names()), ("graph partitions", GRAPH_PARTITIONS),
                          ("partition presets", sorted(PRESETS))):
         print(f"{title}: {', '.join(names)}")
     return 0

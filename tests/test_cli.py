@@ -50,3 +50,19 @@ def test_datasets_reports_offline_availability(shared_datasets, capsys):
     assert cli.main(["datasets", "--data-dir", str(shared_datasets)]) == 0
     lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
     assert lines["twitch"][2] == "yes" and lines["cora"][2] == "yes"
+
+
+def test_graph_classification_with_gcfl_plus_runs_from_the_command_line(tmp_path, capsys):
+    code = cli.main(["run", "--dataset", "synthetic-graphs", "--task", "graph", "--algorithm", "gcfl_plus",
+                     "--num-clients", "3", "--rounds", "2", "--backend", "local", "--no-progress",
+                     "--output-dir", str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "gcfl_plus+mean" in out and "CLIENTS" in out
+    (run_dir,) = tmp_path.iterdir()
+    assert (run_dir / "clusters.json").is_file() and (run_dir / "clusters.png").is_file()
+
+
+def test_a_task_the_dataset_does_not_offer_is_refused_with_its_tasks(capsys):
+    assert cli.main(["run", "--dataset", "synthetic", "--task", "graph"]) == 2
+    assert "its tasks: node-classification" in capsys.readouterr().err

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from fgl_ray.results.summary import AVG_KEY
+from fgl_ray.results.summary import AVG_KEY, CLIENT_AVG_KEY
 
 MISSING = "n/a"
 
@@ -48,9 +48,10 @@ def _value(scores: Mapping[str, float] | None, metric: str) -> str:
 
 
 def comparison_table(summaries: Mapping[str, Mapping[str, Any]], metric: str = "accuracy") -> str:
-    """Formats one row per run: last-K "mean ± std" in percent per domain, AVG and ALL, and
-    the pooled test ``metric`` at the best-validation round; then the label-only references
-    (:func:`reference_rows`), which need no training.
+    """Formats one row per run: last-K "mean ± std" in percent per domain, AVG (over domains),
+    CLIENTS (the mean of the clients' own scores), ALL (pooled), and the pooled test ``metric`` at
+    the best-validation round; then the label-only references (:func:`reference_rows`), which
+    need no training.
 
     Args:
         summaries: run label -> the result of ``summarize`` (or the loaded ``summary.json``).
@@ -65,17 +66,18 @@ def comparison_table(summaries: Mapping[str, Mapping[str, Any]], metric: str = "
             label,
             *(_mean_std(s["domains"].get(d, {}).get(metric)) for d in domains),
             _mean_std(s[AVG_KEY].get(metric)),
+            _mean_std(s.get(CLIENT_AVG_KEY, {}).get(metric)),
             _mean_std(s["all"].get(metric)),
             _best_val(s, metric),
         ]
         for label, s in summaries.items()
     ]
     rows += [
-        [label, *(_value(r["domains"].get(d), metric) for d in domains), _value(r[AVG_KEY], metric),
+        [label, *(_value(r["domains"].get(d), metric) for d in domains), _value(r[AVG_KEY], metric), MISSING,
          _value(r["all"], metric), MISSING]
         for label, r in reference_rows(summaries).items()
     ]
-    columns = ["run", *domains, "AVG", "ALL", f"best-val ALL {metric}"]
+    columns = ["run", *domains, "AVG", "CLIENTS", "ALL", f"best-val ALL {metric}"]
     return pd.DataFrame(rows, columns=columns).to_string(index=False)
 
 

@@ -57,6 +57,10 @@ class LocalBackend:
     def global_weights(self) -> torch.Tensor:
         return self.server.global_weights()
 
+    def server_models(self) -> tuple[dict[int, str], dict[str, torch.Tensor]]:
+        """The client -> model-key assignment and the shared weights of every server model."""
+        return self.server.server_models()
+
     def client_weights(self) -> dict[int, torch.Tensor]:
         return {cid: client.weights() for cid, client in self.pool.clients.items()}
 

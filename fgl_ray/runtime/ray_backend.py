@@ -147,6 +147,10 @@ class RayBackend:
     def global_weights(self) -> torch.Tensor:
         return ray.get(self.server.global_weights.remote())
 
+    def server_models(self) -> tuple[dict[int, str], dict[str, torch.Tensor]]:
+        """The client -> model-key assignment and the shared weights of every server model."""
+        return ray.get(self.server.server_models.remote())
+
     def client_weights(self) -> dict[int, torch.Tensor]:
         return ray.get(self.server.client_weights.remote())
 

@@ -167,3 +167,7 @@ class ServerRuntime:
 
     def global_weights(self) -> torch.Tensor:
         return self.models[GLOBAL].params
+
+    def server_models(self) -> tuple[dict[int, str], dict[str, torch.Tensor]]:
+        """The client -> model-key assignment and every server model's shared weights."""
+        return dict(self.assignment), {key: state.params for key, state in self.models.items()}

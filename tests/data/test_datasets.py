@@ -63,8 +63,7 @@ def test_registry_names_domains_and_splits():
 
 def test_offline_availability(shared_datasets, tmp_path):
     for name in DATASETS.names():
-        # COLLAB is shipped only as a zip that needs a conversion script (README).
-        assert available_offline(DATASETS.get(name), shared_datasets) == (name != "tu-collab"), name
+        assert available_offline(DATASETS.get(name), shared_datasets), name   # COLLAB from its zip
     assert available_offline(DATASETS.get("synthetic"), tmp_path / "nothing")
     assert not available_offline(DATASETS.get("cora"), tmp_path / "nothing")
 
@@ -123,6 +122,6 @@ def test_email_has_standardised_128_dim_structural_features(shared_datasets, ses
 # ------------------------------------------------------------------ graph datasets
 def test_graph_dataset_loads_and_is_not_a_node_task(shared_datasets, session_cache):
     mutag = load_graph_dataset("tu-mutag", shared_datasets, session_cache)
-    assert len(mutag) == MUTAG_GRAPHS
+    assert list(mutag) == ["MUTAG"] and len(mutag["MUTAG"]) == MUTAG_GRAPHS
     with pytest.raises(ValueError, match="node-classification"):
         load_graph_dataset("cora", shared_datasets, session_cache)

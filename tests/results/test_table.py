@@ -29,7 +29,7 @@ def test_table_rows_and_cells() -> None:
     fedavg, local = _summary(0, ("DE", "EN")), _summary(1, ("EN", "ES"), with_val=False)
     text = comparison_table({"fedavg": fedavg, "local": local})
     header, first, second = text.splitlines()
-    assert header.split()[:6] == ["run", "DE", "EN", "ES", "AVG", "ALL"]
+    assert header.split()[:7] == ["run", "DE", "EN", "ES", "AVG", "CLIENTS", "ALL"]
     assert first.split()[0] == "fedavg" and second.split()[0] == "local"
     for cell in (
         _cell(fedavg["domains"]["DE"]["accuracy"]),
@@ -40,7 +40,7 @@ def test_table_rows_and_cells() -> None:
     ):
         assert cell in first
     assert _cell(local["domains"]["ES"]["accuracy"]) in second
-    assert second.count(MISSING) == 2  # no DE column value, no best-validation round
+    assert second.count(MISSING) == 3  # no DE column value, no client rows, no best-validation round
 
 
 def test_pooled_table_shows_every_recorded_pooled_metric() -> None:

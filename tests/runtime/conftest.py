@@ -21,3 +21,19 @@ def tiny_config(tmp_path):
 @pytest.fixture(scope="session")
 def tiny_data():
     return build_federated_data(load_config(TINY))
+
+
+TINY_GRAPHS = dict(dataset="synthetic-graphs", num_clients=3, hidden=16, num_layers=2, rounds=2, torch_threads=1)
+
+
+@pytest.fixture
+def tiny_graph_config(tmp_path):
+    """A 3-client graph-classification federation on the generated graph set."""
+    def make(**changes):
+        return load_config(TINY_GRAPHS | {"output_dir": tmp_path} | changes)
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_graph_data():
+    return build_federated_data(load_config(TINY_GRAPHS))

@@ -24,17 +24,25 @@ def _scores(run_dir) -> pd.DataFrame:
     return frame.sort_values(["round", "client_id", "domain", "split", "metric"]).reset_index(drop=True)
 
 
+#: Every (algorithm, task) pair the algorithms declare, with the fixtures of that task's tiny federation.
+PAIRS = [(algorithm, task) for algorithm in ALGORITHMS.names() for task in ALGORITHMS.get(algorithm).tasks]
+TASK_FIXTURES = {"node-classification": ("tiny_config", "tiny_data"),
+                 "graph-classification": ("tiny_graph_config", "tiny_graph_data")}
+
+
 @pytest.mark.parametrize("backend", ["local", "ray"])
-@pytest.mark.parametrize("algorithm", ALGORITHMS.names())
-def test_every_algorithm_runs_two_rounds_with_three_clients(request, tiny_config, tiny_data, algorithm, backend):
+@pytest.mark.parametrize("algorithm, task", PAIRS)
+def test_every_supported_algorithm_and_task_runs_two_rounds_with_three_clients(request, algorithm, task, backend):
     _backend_fixture(request, backend)
-    config = tiny_config(algorithm=algorithm, backend=backend)
-    result = run_experiment(config, tiny_data, progress=False)
+    make_config, data = (request.getfixturevalue(name) for name in TASK_FIXTURES[task])
+    config = make_config(algorithm=algorithm, backend=backend)
+    assert config.resolved_task() == task
+    result = run_experiment(config, data, progress=False)
     frame = read_metrics(result.run_dir)
     tested = frame[(frame.split == "test") & (frame.metric == "accuracy")]
     assert sorted(tested["round"].unique()) == [0, 1]
     assert set(tested.client_id) == {"0", "1", "2", "server"}
-    assert set(tested[tested.client_id == "server"].domain) == set(tiny_data.domains) | {"all"}
+    assert set(tested[tested.client_id == "server"].domain) == set(data.domains) | {"all"}
     assert tested.value.between(0, 1).all()
     assert (frame[frame.metric == "failed"]).empty
     for name in ("manifest.json", "summary.json", "learning_curves.png"):
@@ -146,3 +154,40 @@ def test_client_state_persists_across_rounds_where_the_client_lives(request, tin
         assert not torch.equal(seen[0], seen[1]), "round 1's state must build on round 0's"
         final[backend] = seen[1]
     torch.testing.assert_close(final["local"], final["ray"])
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_after_a_split_every_client_holds_its_own_clusters_shared_weights(request, tiny_graph_config,
+                                                                         tiny_graph_data, backend):
+    _backend_fixture(request, backend)
+    options = {"warmup_rounds": 0, "eps1": 1e9, "eps2": 1e-12}                 # split as soon as allowed
+    handle = open_backend(tiny_graph_config(algorithm="gcfl", backend=backend, algorithm_options=options),
+                          tiny_graph_data)
+    try:
+        for round_index in range(2):
+            assert not handle.run_round(round_index).failures
+        assignment, models = handle.server_models()
+        held = handle.client_weights()                                          # read inside the client actors
+    finally:
+        handle.close()
+    clusters = {key: sorted(c for c, k in assignment.items() if k == key) for key in set(assignment.values())}
+    assert len(clusters) == 2 and sorted(c for members in clusters.values() for c in members) == [0, 1, 2]
+    for client, weights in held.items():
+        torch.testing.assert_close(weights, models[assignment[client]], rtol=0, atol=0)
+    first, second = (held[members[0]] for members in clusters.values())
+    assert not torch.equal(first, second)
+
+
+def test_unshared_layers_stay_with_their_client(tiny_graph_config, tiny_graph_data):
+    from fgl_ray.params import ParamLayout
+
+    handle = open_backend(tiny_graph_config(backend="local"), tiny_graph_data)
+    client = handle.pool.clients[0]
+    shared = ParamLayout.of(client.ctx.model)
+    assert all(name.startswith("convs.") for name in shared.names)
+    update = client.train(handle.server.broadcast(0))
+    assert update.update.numel() == shared.size < sum(p.numel() for p in client.ctx.model.parameters())
+    assert handle.global_weights().numel() == shared.size
+    handle.run_round(0)
+    embeddings = [c.ctx.model.embedding.weight.detach() for c in handle.pool.clients.values()]
+    assert not torch.equal(embeddings[0], embeddings[1])                    # each client trains its own

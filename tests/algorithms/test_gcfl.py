@@ -1,0 +1,139 @@
+"""GCFL / GCFL+: split criteria, min-cut bipartition, DTW sequences, cluster-wise aggregation."""
+
+import numpy as np
+import pytest
+import torch
+
+from fgl_ray.algorithms.gcfl import (DATASET_CRITERIA, FALLBACK_CRITERIA, dtw_distances, min_cut_bipartition,
+                                     update_norms)
+from fgl_ray.config import load_config
+from fgl_ray.messages import GLOBAL, ClientUpdate
+from fgl_ray.runtime.local_backend import LocalBackend
+
+LR = 1e-3
+GROUP_A, GROUP_B = [0, 2, 3], [1, 4, 5]
+
+
+def _server(tmp_path, tiny_graph_data_6, algorithm="gcfl", **options):
+    config = load_config(dict(dataset="synthetic-graphs", num_clients=6, hidden=8, num_layers=2, rounds=30,
+                              backend="local", torch_threads=1, output_dir=tmp_path, algorithm=algorithm, lr=LR,
+                              algorithm_options={"eps1": 0.05, "eps2": 0.1} | options))
+    return LocalBackend(config, tiny_graph_data_6).server
+
+
+@pytest.fixture(scope="module")
+def tiny_graph_data_6():
+    from fgl_ray.data import build_federated_data
+
+    return build_federated_data(load_config(dict(dataset="synthetic-graphs", num_clients=6)))
+
+
+def _opposed_updates(server, groups=(GROUP_A, GROUP_B), scale=1.0, seed=0):
+    """Weight changes +v (group A) and -v (group B) plus small noise, as descent updates u = -dW / lr."""
+    size = server.layout.size
+    generator = torch.Generator().manual_seed(seed)
+    direction = torch.randn(size, generator=generator)
+    direction = scale * direction / direction.norm()
+    updates = []
+    for sign, group in zip((1.0, -1.0), groups):
+        for client in group:
+            change = sign * direction + 0.01 * scale * torch.randn(size, generator=generator) / size ** 0.5
+            updates.append(ClientUpdate(client, server.assignment.get(client, GLOBAL), 10 + client,
+                                        -change / LR, torch.zeros(0)))
+    return sorted(updates, key=lambda u: u.client_id)
+
+
+def _aggregate(server, updates, round_index):
+    server.round_index = round_index
+    server.algorithm.aggregate(server, updates)
+
+
+def test_opposed_groups_are_split_into_exactly_those_groups(tmp_path, tiny_graph_data_6):
+    server = _server(tmp_path, tiny_graph_data_6)
+    _aggregate(server, _opposed_updates(server), round_index=25)
+    clusters = sorted(server.algorithm.clusters.values())
+    assert clusters == [GROUP_A, GROUP_B]
+    keys = {server.assignment[c] for c in GROUP_A}, {server.assignment[c] for c in GROUP_B}
+    assert all(len(k) == 1 for k in keys) and keys[0] != keys[1] and GLOBAL not in keys[0] | keys[1]
+
+
+@pytest.mark.parametrize("round_index, scale, groups", [
+    (19, 1.0, (GROUP_A, GROUP_B)),          # before the 20-round warm-up
+    (25, 0.05, (GROUP_A, GROUP_B)),         # max norm 0.05 below eps2 = 0.1
+    (25, 1.0, (GROUP_A + GROUP_B, [])),     # every client moves the same way: mean norm above eps1
+])
+def test_nothing_splits_before_the_warm_up_or_below_the_criteria(tmp_path, tiny_graph_data_6, round_index, scale,
+                                                                  groups):
+    server = _server(tmp_path, tiny_graph_data_6)
+    updates = _opposed_updates(server, groups=groups, scale=scale)
+    _aggregate(server, updates, round_index)
+    assert list(server.algorithm.clusters.values()) == [list(range(6))]
+
+
+def test_a_cluster_of_two_never_splits(tmp_path, tiny_graph_data_6):
+    algorithm = _server(tmp_path, tiny_graph_data_6).algorithm
+    opposed = {0: torch.ones(4), 1: -torch.ones(4), 2: torch.ones(4)}        # mean 1/3 of a unit row, max norm 2
+    assert not algorithm.should_split(25, [0, 1], opposed)                    # mean 0 < eps1, max 2 > eps2
+    assert algorithm.should_split(25, [0, 1, 2], {0: torch.ones(4), 1: -torch.ones(4), 2: torch.zeros(4)})
+
+
+def test_cluster_aggregation_is_the_sample_weighted_mean_change_from_the_clusters_model(tmp_path, tiny_graph_data_6):
+    server = _server(tmp_path, tiny_graph_data_6)
+    before = server.models[GLOBAL].params.clone()
+    updates = _opposed_updates(server)
+    _aggregate(server, updates, round_index=25)
+    for members in server.algorithm.clusters.values():
+        group = [u for u in updates if u.client_id in members]
+        counts = torch.tensor([float(u.num_samples) for u in group], dtype=torch.float64)
+        changes = torch.stack([-LR * u.update.double() for u in group])        # dW_j
+        expected = before.double() + (counts[:, None] * changes).sum(0) / counts.sum()
+        key = server.assignment[members[0]]
+        torch.testing.assert_close(server.models[key].params.double(), expected)
+
+
+def test_update_norms_and_min_cut_on_a_hand_made_case():
+    changes = torch.tensor([[3.0, 4.0], [-3.0, -4.0], [0.0, 2.0]])
+    mean_norm, max_norm = update_norms(changes)
+    assert mean_norm == pytest.approx(2 / 3) and max_norm == pytest.approx(5.0)
+    weights = np.array([[0, 9, 9, 1], [9, 0, 9, 1], [9, 9, 0, 1], [1, 1, 1, 0]], dtype=float)
+    assert min_cut_bipartition(weights, [10, 11, 12, 13]) == ([10, 11, 12], [13])
+
+
+def _dtw(a, b):
+    """Textbook DTW with squared steps and a square root at the end (dtaidistance's definition)."""
+    cost = np.full((len(a) + 1, len(b) + 1), np.inf)
+    cost[0, 0] = 0.0
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            cost[i, j] = (a[i - 1] - b[j - 1]) ** 2 + min(cost[i - 1, j], cost[i, j - 1], cost[i - 1, j - 1])
+    return np.sqrt(cost[-1, -1])
+
+
+def test_dtw_distances_match_a_direct_computation():
+    sequences = [[0.1, 0.3, 0.2, 0.5], [0.1, 0.1, 0.3, 0.5], [0.9, 0.1, 0.8, 0.2]]
+    got = dtw_distances(sequences)
+    for i, a in enumerate(sequences):
+        for j, b in enumerate(sequences):
+            assert got[i, j] == pytest.approx(_dtw(a, b))
+    scaled = dtw_distances(sequences, standardize=True)
+    standardized = [np.asarray(s) / np.std(s) for s in sequences]
+    assert scaled[0, 2] == pytest.approx(_dtw(standardized[0], standardized[2]))
+
+
+def test_gcfl_plus_waits_for_full_sequences_and_restarts_them_after_a_split(tmp_path, tiny_graph_data_6):
+    server = _server(tmp_path, tiny_graph_data_6, algorithm="gcfl_plus", seq_length=3)
+    algorithm = server.algorithm
+    for round_index in (20, 21):
+        _aggregate(server, _opposed_updates(server, seed=round_index), round_index)
+        assert len(algorithm.clusters) == 1                                 # fewer than 3 norms recorded
+    assert all(len(seq) == 2 for seq in algorithm.sequences.values())
+    _aggregate(server, _opposed_updates(server, seed=22), 22)
+    assert len(algorithm.clusters) == 2
+    assert all(seq == [] for seq in algorithm.sequences.values())
+
+
+def test_dataset_defaults_follow_gcfl_and_options_override_them(tmp_path, tiny_graph_data_6):
+    server = _server(tmp_path, tiny_graph_data_6, algorithm="gcfl_plus")
+    assert server.algorithm.defaults() == FALLBACK_CRITERIA
+    assert server.algorithm.criteria() == (0.05, 0.1)
+    assert DATASET_CRITERIA["tu-proteins"] == (0.03, 0.06, 10)
