@@ -10,8 +10,9 @@ import ray
 import torch
 
 from fgl_ray.config import ExperimentConfig
-from fgl_ray.messages import Broadcast, ClientEvaluation, ClientUpdate
+from fgl_ray.messages import Broadcast, ClientEvaluation, ClientFailure, ClientUpdate
 from fgl_ray.runtime.client import ClientRuntime
+from fgl_ray.runtime.local_backend import call_clients
 
 
 logger = logging.getLogger(__name__)
@@ -73,11 +74,11 @@ class ClientActor:
             for graph in ray.get(list(graph_refs))
         }
 
-    def train(self, broadcast: Broadcast, client_id: int) -> ClientUpdate:
-        return self.clients[client_id].train(broadcast)
-
-    def evaluate(self, broadcast: Broadcast, client_id: int) -> ClientEvaluation:
-        return self.clients[client_id].evaluate(broadcast)
+    def run(self, method: str, broadcast: Broadcast,
+            client_ids: Sequence[int]) -> list[ClientUpdate | ClientEvaluation | ClientFailure]:
+        """``train`` or ``evaluate`` for each hosted client in ``client_ids``, one after another, in
+        one remote call; a client that raises becomes a :class:`ClientFailure`, the others go on."""
+        return call_clients(self.clients, method, broadcast, client_ids)
 
     def weights(self) -> dict[int, torch.Tensor]:
         """Each hosted client's current model weights."""

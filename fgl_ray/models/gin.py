@@ -4,7 +4,8 @@ Linear embedding to ``hidden``; ``num_layers`` GIN convolutions, each an MLP ``h
 ReLU, hidden`` followed by ReLU and dropout; sum pooling; linear + ReLU (+ dropout); linear readout.
 Only the convolutions are shared by default (``share: convs``): the embedding and the readout
 depend on a client's feature width and label set and stay with the client; ``share: all`` shares
-every parameter (clients must then agree on both).
+every parameter (clients must then agree on both). Dropout is
+:func:`~fgl_ray.models.base.uniform_dropout` (the same operation, faster on CPU).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GINConv, global_add_pool
 
-from fgl_ray.models.base import MODELS, GraphModel
+from fgl_ray.models.base import MODELS, GraphModel, uniform_dropout
 
 
 @MODELS.register("gin")
@@ -47,9 +48,9 @@ class GIN(GraphModel):
     def encode(self, x: Tensor, edge_index: Tensor, batch: Tensor) -> Tensor:
         x = self.embedding(x)
         for conv in self.convs:
-            x = F.dropout(F.relu(conv(x, edge_index)), self.dropout, self.training)
+            x = uniform_dropout(F.relu(conv(x, edge_index)), self.dropout, self.training)
         x = global_add_pool(x, batch)
-        return F.dropout(F.relu(self.post(x)), self.dropout, self.training)
+        return uniform_dropout(F.relu(self.post(x)), self.dropout, self.training)
 
     def classify(self, h: Tensor, edge_index: Tensor | None = None) -> Tensor:
         return self.readout(h)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
@@ -17,28 +17,32 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def call_clients(clients: Mapping[int, ClientRuntime], method: str, broadcast: Broadcast,
+                 client_ids: Sequence[int]) -> list[ClientUpdate | ClientEvaluation | ClientFailure]:
+    """``method`` (``train`` or ``evaluate``) of each client in turn; a client that raises becomes a
+    :class:`ClientFailure` and never stops the others (shared by this backend and the client actors)."""
+    answers = []
+    for client_id in client_ids:
+        try:
+            answers.append(getattr(clients[client_id], method)(broadcast))
+        except Exception as error:  # a failing client is reported, never fatal
+            answers.append(ClientFailure(client_id, method, describe_error(error)))
+    return answers
+
+
 class LocalClientPool:
     """Calls :class:`ClientRuntime` objects directly. Round timeouts are not enforced here."""
 
     def __init__(self, clients: dict[int, ClientRuntime]) -> None:
         self.clients = clients
 
-    def _call(self, method: str, broadcast: Broadcast, client_ids: Sequence[int]):
-        answers = []
-        for client_id in client_ids:
-            try:
-                answers.append(getattr(self.clients[client_id], method)(broadcast))
-            except Exception as error:  # a failing client is reported, never fatal
-                answers.append(ClientFailure(client_id, method, describe_error(error)))
-        return answers
-
     def train(self, broadcast: Broadcast, client_ids: Sequence[int],
               timeout_s: float) -> list[ClientUpdate | ClientFailure]:
-        return self._call("train", broadcast, client_ids)
+        return call_clients(self.clients, "train", broadcast, client_ids)
 
     def evaluate(self, broadcast: Broadcast, client_ids: Sequence[int],
                  timeout_s: float) -> list[ClientEvaluation | ClientFailure]:
-        return self._call("evaluate", broadcast, client_ids)
+        return call_clients(self.clients, "evaluate", broadcast, client_ids)
 
 
 class LocalBackend:

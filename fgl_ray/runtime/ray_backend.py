@@ -1,8 +1,10 @@
 """Ray backend: a ``ServerActor`` that supervises ``ClientActor``s.
 
-The broadcast is ``ray.put`` once per server state and every client call gets the same
-reference; answers are gathered with ``ray.wait`` under the round timeout, and a client that
-raises, dies or times out becomes a :class:`ClientFailure` instead of stopping the round.
+The broadcast is ``ray.put`` once per server state and every actor call gets the same
+reference; each actor gets one call per phase for all its participating clients; answers are
+gathered with ``ray.wait`` under the round timeout, and a client that raises, dies or times out
+becomes a :class:`ClientFailure` instead of stopping the round (a whole actor that dies or times
+out fails all the clients it hosts).
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ def ray_session(num_cpus: int | None = None, address: str | None = None) -> Iter
 
 
 class RayClientPool:
-    """Calls client actors; one remote call per virtual client, all on one broadcast ref."""
+    """Calls client actors: one remote call per actor and phase, carrying the ids of its clients
+    that take part, all on one broadcast ref."""
 
     def __init__(self, actors: Sequence[ray.actor.ActorHandle], assignment: Sequence[Sequence[int]]) -> None:
         self.actor_of = {cid: actor for actor, hosted in zip(actors, assignment) for cid in hosted}
@@ -93,19 +96,22 @@ class RayClientPool:
 
     def _call(self, method: str, broadcast: Broadcast, client_ids: Sequence[int], timeout_s: float) -> list:
         ref = self._ref(broadcast)
-        futures = {getattr(self.actor_of[cid], method).remote(ref, cid): cid for cid in client_ids}
+        hosted: dict[ray.actor.ActorHandle, list[int]] = {}
+        for cid in client_ids:
+            hosted.setdefault(self.actor_of[cid], []).append(cid)
+        futures = {actor.run.remote(method, ref, ids): ids for actor, ids in hosted.items()}
         ready, pending = ray.wait(list(futures), num_returns=len(futures), timeout=timeout_s)
         answers = []
         for future in ready:
             try:
-                answers.append(ray.get(future))
-            except ray.exceptions.RayTaskError as error:
-                answers.append(ClientFailure(futures[future], method, describe_error(error.cause or error)))
+                answers += ray.get(future)
+            except ray.exceptions.RayTaskError as error:  # the actor's call itself failed: all its clients
+                answers += [ClientFailure(cid, method, describe_error(error.cause or error)) for cid in futures[future]]
             except ray.exceptions.RayError as error:
-                answers.append(ClientFailure(futures[future], method, describe_error(error)))
+                answers += [ClientFailure(cid, method, describe_error(error)) for cid in futures[future]]
         for future in pending:
             ray.cancel(future)
-            answers.append(ClientFailure(futures[future], method, f"timed out after {timeout_s:g} s"))
+            answers += [ClientFailure(cid, method, f"timed out after {timeout_s:g} s") for cid in futures[future]]
         return answers
 
     def train(self, broadcast, client_ids, timeout_s):

@@ -11,8 +11,8 @@ from fgl_ray.messages import cluster_number
 from fgl_ray.results import ALL_DOMAINS, SERVER_ID, metric_rows
 from fgl_ray.runtime.server import RoundResult
 from fgl_ray.tasks import Task, group_stats, pool_stats
+from fgl_ray.tasks.base import EVAL_SPLITS
 
-EVAL_SPLITS = ("val", "test")
 #: Per-client diagnostics; each also gets a per-domain row (the mean over the domain's clients).
 PER_CLIENT_DIAGNOSTICS = ("cosine_to_aggregate", "active_share", "active_mean_abs", "aggregate_abs")
 

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 TASKS: Registry[type["Task"]] = Registry("task")
 #: Short names accepted wherever a task is named.
 ALIASES = {"node": "node-classification", "graph": "graph-classification"}
-SPLITS = ("train", "val", "test")
+#: The splits a client evaluates (training samples are never scored: nothing reads them, and for
+#: graph classification they are 80% of the forward passes).
+EVAL_SPLITS = ("val", "test")
 
 Stats = dict[str, np.ndarray]
 K = TypeVar("K", bound=Hashable)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from fgl_ray.metrics import confusion_matrix, head_medium_tail, scores_from_confusion
-from fgl_ray.tasks.base import SPLITS, Stats, Task
+from fgl_ray.tasks.base import EVAL_SPLITS, Stats, Task
 
 
 class ClassificationTask(Task):
@@ -24,7 +24,7 @@ class ClassificationTask(Task):
     @torch.no_grad()
     def evaluate(self, predict: Callable[[Any], Tensor], data: Any, num_classes: int) -> dict[str, Stats]:
         stats = {}
-        for split in SPLITS:
+        for split in EVAL_SPLITS:
             confusion = np.zeros((num_classes, num_classes), dtype=np.int64)
             for batch, mask in self.split_batches(data, split):
                 _, y = self.labelled(batch)

@@ -33,7 +33,12 @@ class GraphClassification(ClassificationTask):
         return data.y[data.train_mask]
 
     def train_batches(self, data: GraphSet) -> Iterator[Batch]:
+        """Shuffled batches; when every training graph fits in one batch its order cannot change
+        the step, so the batch collated once is reused (collation is a tenth of a PROTEINS step)."""
         indices = data.train_mask.nonzero().flatten().cpu()
+        if indices.numel() <= self.config.batch_size:
+            yield from data.split_batches("train", self.config.batch_size)
+            return
         order = indices[torch.randperm(indices.numel())]
         for chunk in torch.split(order, self.config.batch_size):
             yield data.collate(chunk)
