@@ -131,6 +131,9 @@ def test_shipped_grids_validate(shared_datasets, monkeypatch):
     assert len(fedia.trials) == 5 * 5 * 2 and len(fedia.baselines) == 2
     assert {p.config.partition for p in fedia.baselines} == {"twitch-S1", "twitch-S3"}
     assert {p.config.model for p in fedia.points} == {"pmlp_gcn"}
+    gcfl = load_grid(REPO / "tune_configs" / "gcfl_eps.yaml")
+    assert len(gcfl.trials) == 16 and [p.config.algorithm for p in gcfl.baselines] == ["fedavg"]
+    assert {(p.config.model, p.config.resolved_task()) for p in gcfl.points} == {("gin", "graph-classification")}
 
 
 def test_smoke_grid_is_small():
@@ -156,3 +159,21 @@ def test_cli_dry_run_lists_points(capsys):
     assert cli.main(["tune", str(REPO / "tune_configs" / "smoke.yaml"), "--dry-run", "--set", "rounds=2"]) == 0
     out = capsys.readouterr().out
     assert "baseline" in out and out.count("rho=") == 4
+
+
+@pytest.mark.parametrize("field, value", [("features", "svd"), ("split_mode", "stratified"), ("feature_dim", 64),
+                                          ("imbalance_ratio", 10)])
+def test_every_field_that_shapes_the_partitions_is_in_the_data_key(field, value):
+    from fgl_ray.config import load_config
+    from fgl_ray.tune.grid import data_key
+
+    base = load_config({"dataset": "twitch", "partition": "twitch-S1"})
+    assert data_key(base) != data_key(base.with_overrides(**{field: value}))
+
+
+def test_max_graphs_is_in_the_data_key():
+    from fgl_ray.config import load_config
+    from fgl_ray.tune.grid import data_key
+
+    base = load_config({"dataset": "tu-proteins"})
+    assert data_key(base) != data_key(base.with_overrides(max_graphs=150))
