@@ -58,6 +58,7 @@ def _run(args: argparse.Namespace) -> int:
     from fgl_ray.data import build_federated_data
     from fgl_ray.results import comparison_table, pooled_table
     from fgl_ray.runtime import run_experiment
+    from fgl_ray.tasks import build_task
 
     values = _config_values(args)
     algorithms = args.compare or ((values["algorithm"],) if "algorithm" in values else DEFAULT_COMPARISON)
@@ -73,7 +74,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"results: {result.run_dir}", flush=True)
     evaluated = len(next(iter(summaries.values()))["rounds"])
     window = f"test, mean ± std over the last {evaluated} evaluated rounds"
-    print(f"accuracy per domain ({window}):\n{comparison_table(summaries)}")
+    metric = build_task(configs[0]).headline
+    print(f"{metric} per domain ({window}):\n{comparison_table(summaries, metric)}")
     print(f"\npooled over all clients ({window}):\n{pooled_table(summaries)}")
     return 0
 

@@ -48,7 +48,11 @@ class ExperimentConfig(BaseModel):
                            "union of all domains (one shared space; needs equal raw widths, e.g. Twitch)")
     feature_dim: int = Field(128, description="truncated-SVD dimension when domain feature spaces differ")
     data_seed: int = Field(0, description="seed for generation, partition and splits")
-    synthetic: dict[str, Any] = Field(default_factory=dict, description="options of the synthetic generator")
+    synthetic: dict[str, Any] = Field(default_factory=dict, description="options of the synthetic generator "
+                                                                          "(synthetic or synthetic-mm)")
+    missing: Optional[str] = Field(None, description="multimodal graphs: client:<rate> (that share of clients "
+                                                     "loses one modality) or node:<rate> (that share of each "
+                                                     "client's nodes loses one modality)")
     max_graphs: Optional[int] = Field(None, description="graph classification: keep this many graphs of each "
                                                          "dataset after the seeded shuffle (GCFL's tiny sets: 150)")
     imbalance_ratio: int = Field(20, description="max/min training class count of the long-tailed variants (cora-lt, ...)")
@@ -203,25 +207,34 @@ class ExperimentConfig(BaseModel):
         from fgl_ray.aggregators import AGGREGATORS
         from fgl_ray.algorithms import ALGORITHMS
         from fgl_ray.data import dataset_domains
-        from fgl_ray.data.datasets import DATASETS
+        from fgl_ray.data.datasets import SYNTHETIC_MM, dataset_spec
         from fgl_ray.data.graphsets import GRAPH_PARTITIONS
+        from fgl_ray.data.missing import parse_missing
+        from fgl_ray.data.multimodal import MultimodalOptions
         from fgl_ray.data.partition import PARTITIONERS, PRESETS
         from fgl_ray.models import check_model_options
 
         from fgl_ray.data.synthetic import SyntheticOptions
 
-        spec = DATASETS.get(self.dataset)
+        spec = dataset_spec(self.dataset)
         _check_task(self, spec)
         if self.features == "svd" and not spec.shared_features:
             raise ValueError(
-                f"features 'svd' fits one SVD on the union of the domains, but the domains of {self.dataset!r} have "
-                "different vocabularies (each is already reduced by its own SVD to feature_dim); use features 'raw'"
+                f"features 'svd' fits one SVD on the union of the domains' raw features, but those of "
+                f"{self.dataset!r} do not share coordinates (different vocabularies, or separate modalities); "
+                "use features 'raw'"
             )
+        if self.missing is not None:
+            if not spec.multimodal:
+                raise ValueError(f"missing removes modalities, but {self.dataset!r} is not multimodal; use "
+                                 "synthetic-mm, cora-mm, citeseer-mm or mm:<folder>")
+            parse_missing(self.missing)
         check_options("algorithm_options", f"algorithm {self.algorithm!r}", ALGORITHMS.get(self.algorithm).Options,
                       self.algorithm_options)
         check_options("aggregator_options", f"aggregator {self.aggregator!r}",
                       AGGREGATORS.get(self.aggregator).Options, self.aggregator_options)
-        check_options("synthetic", "generator options", SyntheticOptions, self.synthetic)
+        generator = MultimodalOptions if self.dataset == SYNTHETIC_MM else SyntheticOptions
+        check_options("synthetic", "generator options", generator, self.synthetic)
         check_model_options(self.model, self.model_options)
         if spec.task == "graph" or self.partition in GRAPH_PARTITIONS:
             _check_graph_partition(self, spec)
@@ -251,10 +264,10 @@ class ExperimentConfig(BaseModel):
     # ------------------------------------------------------------------ helpers
     def resolved_task(self) -> str:
         """The registered task name: ``task`` (or its alias), else the dataset's own task."""
-        from fgl_ray.data.datasets import DATASETS
+        from fgl_ray.data.datasets import dataset_spec
         from fgl_ray.tasks import canonical_task
 
-        return canonical_task(self.task) if self.task else DATASETS.get(self.dataset).tasks[0]
+        return canonical_task(self.task) if self.task else dataset_spec(self.dataset).tasks[0]
 
     def resolved_data_dir(self) -> Path:
         """The dataset root: ``data_dir``, else ``$FGL_DATA_DIR``, else the per-user cache."""
@@ -264,9 +277,9 @@ class ExperimentConfig(BaseModel):
         return Path(env).expanduser() if env else default_data_dir()
 
     def resolved_split(self) -> tuple[float, float, float]:
-        from fgl_ray.data.datasets import DATASETS
+        from fgl_ray.data.datasets import dataset_spec
 
-        return self.split or DATASETS.get(self.dataset).default_split
+        return self.split or dataset_spec(self.dataset).default_split
 
     def with_overrides(self, **changes: Any) -> "ExperimentConfig":
         """A validated copy with some fields changed."""
@@ -298,6 +311,10 @@ def _check_task(config: ExperimentConfig, spec) -> None:
     if task not in spec.tasks:
         raise ValueError(f"dataset {config.dataset!r} does not offer task {task!r}; its tasks: {', '.join(spec.tasks)} "
                          "(`fgl-ray datasets` lists each dataset's tasks)")
+    needed = ALGORITHMS.get(config.algorithm).models
+    if needed is not None and config.model not in needed:
+        raise ValueError(f"algorithm {config.algorithm!r} needs the model {' or '.join(needed)}, got {config.model!r}; "
+                         f"use --model {needed[0]}")
     for kind, name, registry in (("algorithm", config.algorithm, ALGORITHMS), ("model", config.model, MODELS)):
         supported = registry.get(name).tasks
         if task not in supported:

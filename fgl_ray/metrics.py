@@ -191,3 +191,30 @@ def head_medium_tail(
         support = true_counts[classes].sum()
         result[name] = float(hits[classes].sum() / support) if support else float("nan")
     return result
+
+
+SCORE_BINS = 1000
+
+
+def score_histogram(scores: Any, low: float = 0.0, high: float = 1.0, bins: int = SCORE_BINS) -> np.ndarray:
+    """Counts of ``scores`` in ``bins`` equal bins over ``[low, high]`` (values outside are clipped).
+
+    Histograms of positive and negative scores are additive over clients, so a pooled AUC is the
+    AUC of the summed histograms (:func:`auc_from_histograms`).
+    """
+    values = np.clip(np.asarray(scores, dtype=np.float64).reshape(-1), low, high)
+    index = np.minimum(((values - low) / (high - low) * bins).astype(np.int64), bins - 1)
+    return np.bincount(index, minlength=bins).astype(np.int64)
+
+
+def auc_from_histograms(positive: np.ndarray, negative: np.ndarray) -> float:
+    """ROC-AUC of binned scores: ``P(pos > neg) + P(same bin) / 2``; NaN without both kinds.
+
+    With scores binned finely, this is the Mann-Whitney AUC up to pairs that share a bin.
+    """
+    positive, negative = np.asarray(positive, dtype=np.float64), np.asarray(negative, dtype=np.float64)
+    total = positive.sum() * negative.sum()
+    if total == 0:
+        return float("nan")
+    below = np.concatenate(([0.0], np.cumsum(negative)[:-1]))
+    return float((positive * (below + 0.5 * negative)).sum() / total)

@@ -66,3 +66,12 @@ def test_graph_classification_with_gcfl_plus_runs_from_the_command_line(tmp_path
 def test_a_task_the_dataset_does_not_offer_is_refused_with_its_tasks(capsys):
     assert cli.main(["run", "--dataset", "synthetic", "--task", "graph"]) == 2
     assert "its tasks: node-classification" in capsys.readouterr().err
+
+
+def test_fedmgs_link_prediction_with_missing_modalities_runs_on_its_synthetic_default(tmp_path, capsys):
+    code = cli.main(["run", "--algorithm", "fedmgs", "--task", "link-prediction", "--missing", "node:0.5",
+                     "--rounds", "2", "--local-epochs", "1", "--synthetic", "{num_nodes: 300}", "--backend", "local",
+                     "--no-progress", "--output-dir", str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("synthetic-mm: 5 clients") and "auc" in out

@@ -60,7 +60,12 @@ class Algorithm:
         model_config = ConfigDict(extra="forbid", frozen=True)
 
     #: The tasks this algorithm supports; the config refuses other pairs before Ray starts.
-    tasks: ClassVar[tuple[str, ...]] = ("node-classification", "graph-classification")
+    tasks: ClassVar[tuple[str, ...]] = ("node-classification", "graph-classification", "link-prediction",
+                                        "modality-matching", "modality-retrieval")
+    #: The backbones it needs (``None``: any that serves the task).
+    models: ClassVar[tuple[str, ...] | None] = None
+    #: The dataset a run takes when it names none (``None``: the config's default).
+    default_dataset: ClassVar[str | None] = None
 
     #: Clients keep their own model between rounds instead of loading the server's (an
     #: algorithm whose options decide it sets the attribute per instance).

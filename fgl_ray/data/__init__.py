@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING
 
 from torch_geometric.data import Data
 
-from fgl_ray.data.datasets import DATASETS, SYNTHETIC, SYNTHETIC_GRAPHS, available_offline
+from fgl_ray.data.datasets import DATASETS, SYNTHETIC, SYNTHETIC_GRAPHS, SYNTHETIC_MM, available_offline, dataset_spec
 from fgl_ray.data.features import align_features, shared_svd_features
 from fgl_ray.data.graphsets import graph_federation
+from fgl_ray.data.missing import apply_missing
+from fgl_ray.data.multimodal import MultimodalOptions, generate_multimodal
 from fgl_ray.data.longtail import apply_imbalance, global_class_counts  # also registers the LT datasets
 from fgl_ray.data.partition import PARTITIONERS, PRESETS, PartitionParams, build_clients, union_graph
 from fgl_ray.data.storage import resolve_cache_dir
@@ -36,7 +38,7 @@ __all__ = [
 def build_federated_data(config: ExperimentConfig) -> FederatedGraphData:
     """The config's federation: node-task datasets through :func:`build_node_data`, graph-task
     datasets through :func:`build_graph_data`."""
-    if DATASETS.get(config.dataset).task == "graph":
+    if dataset_spec(config.dataset).task == "graph":
         return build_graph_data(config)
     return build_node_data(config)
 
@@ -88,6 +90,9 @@ def build_node_data(config: ExperimentConfig) -> FederatedGraphData:
                             config.split_mode)
     num_classes = int(graph.y.max()) + 1
     clients = apply_imbalance(config.dataset, clients, num_classes, config.imbalance_ratio, config.data_seed)
+    dims = loaded[0].modality_dims
+    if config.missing is not None:
+        clients = apply_missing(clients, config.missing, dims, config.data_seed)
     return FederatedGraphData(
         clients=clients,
         domains=[domain.name for domain in domains],
@@ -102,6 +107,8 @@ def build_node_data(config: ExperimentConfig) -> FederatedGraphData:
             "features_aligned": any(a.data is not b.data for a, b in zip(domains, loaded)),
             "features": config.features,
             "class_counts": global_class_counts(clients, num_classes).tolist(),
+            "missing": config.missing,
+            "model_options": {"modality_dims": list(dims)} if dims else {},
         },
     )
 
@@ -110,14 +117,16 @@ def load_domains(config: ExperimentConfig) -> list[DomainGraph]:
     """The config's dataset as one cleaned graph per domain, before alignment and partitioning."""
     if config.dataset == SYNTHETIC:
         return generate_domains(SyntheticOptions(**config.synthetic), config.data_seed)
-    return DATASETS.get(config.dataset).load(config.resolved_data_dir(), resolve_cache_dir())
+    if config.dataset == SYNTHETIC_MM:
+        return generate_multimodal(MultimodalOptions(**config.synthetic), config.data_seed)
+    return dataset_spec(config.dataset).load(config.resolved_data_dir(), resolve_cache_dir())
 
 
 def dataset_domains(config: ExperimentConfig) -> list[str]:
     """The domain names the config's dataset really has (``synthetic`` follows ``num_domains``)."""
     if config.dataset == SYNTHETIC:
         return domain_names(SyntheticOptions(**config.synthetic).num_domains)
-    return list(DATASETS.get(config.dataset).domains)
+    return list(dataset_spec(config.dataset).domains)
 
 
 def load_graph_dataset(name: str, root: Path, cache_dir: Path | None = None,
@@ -131,7 +140,7 @@ def load_graph_dataset(name: str, root: Path, cache_dir: Path | None = None,
         cache_dir: where read-only folders are copied; default :func:`resolve_cache_dir`.
         data_seed: the seed of ``synthetic-graphs``.
     """
-    spec = DATASETS.get(name)
+    spec = dataset_spec(name)
     if spec.task != "graph":
         graph_sets = ", ".join(n for n in DATASETS.names() if DATASETS.get(n).task == "graph")
         raise ValueError(f"dataset {name!r} is a node-classification set; graph datasets: {graph_sets}")

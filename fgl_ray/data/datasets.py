@@ -17,6 +17,7 @@ import io
 import zipfile
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
@@ -32,14 +33,20 @@ from torch_geometric.utils import remove_self_loops, to_undirected
 
 from fgl_ray.data.embeddings import netmf_embedding
 from fgl_ray.data.graphsets import one_hot_degree
+from fgl_ray.data.multimodal import MODALITIES, MultimodalOptions, generate_multimodal, pack, two_view
 from fgl_ray.data.storage import writable_root
 from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains, generate_graphs
 from fgl_ray.data.types import DatasetSpec, DomainGraph
-from fgl_ray.registry import Registry
+from fgl_ray.registry import Registry, UnknownNameError
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
 SYNTHETIC = "synthetic"
+SYNTHETIC_MM = "synthetic-mm"
+MULTIMODAL_PREFIX = "mm:"
+MULTIMODAL_ROOT = "MultimodalGraph"
+MULTIMODAL_FILES = ("nodes.csv", "edges.csv", "visual.npy", "text.npy")
+STRUCTURE_VIEW = 128
 SYNTHETIC_GRAPHS = "synthetic-graphs"
 COLLAB_ZIP = "TUDataset/_original/COLLAB.zip"
 GRAPH_SPLIT = (0.8, 0.1, 0.1)
@@ -132,6 +139,69 @@ def _load_email(root: Path, cache_dir: Path) -> list[DomainGraph]:
     x = netmf_embedding(graph.edge_index, graph.num_nodes, dim=EMAIL_FEATURES)
     graph.x = (x - x.mean(dim=0)) / x.std(dim=0).clamp_min(1e-6)
     return [DomainGraph("email-eu-core", graph)]
+
+
+def _load_synthetic_mm(root: Path | None, cache_dir: Path | None) -> list[DomainGraph]:
+    """The generator with default options and seed 0 (``build_federated_data`` passes the config's)."""
+    return generate_multimodal(MultimodalOptions(), seed=0)
+
+
+def _load_two_view(name: str, root: Path, cache_dir: Path) -> list[DomainGraph]:
+    """A Planetoid graph as two views: bag-of-words (text) and 128-dim NetMF of the whole graph."""
+    (graph,) = _load_planetoid(name, root, cache_dir)
+    structure = netmf_embedding(graph.data.edge_index, graph.data.num_nodes, dim=STRUCTURE_VIEW)
+    structure = (structure - structure.mean(dim=0)) / structure.std(dim=0).clamp_min(1e-6)
+    return [two_view(graph, structure)]
+
+
+def _load_multimodal_folder(folder_name: str, root: Path, cache_dir: Path) -> list[DomainGraph]:
+    """A multimodal graph in the on-disk format of :mod:`fgl_ray.data.multimodal`.
+
+    Raises:
+        ValueError: naming the file and the problem when a file is missing or inconsistent.
+    """
+    folder = Path(root) / MULTIMODAL_ROOT / folder_name
+    missing = [name for name in MULTIMODAL_FILES if not (folder / name).is_file()]
+    if missing:
+        raise ValueError(f"multimodal graph folder {str(folder)!r} lacks {', '.join(missing)} "
+                         f"(it needs {', '.join(MULTIMODAL_FILES)})")
+    nodes, edges = pd.read_csv(folder / "nodes.csv"), pd.read_csv(folder / "edges.csv")
+    n = len(nodes)
+    if sorted(nodes["node"]) != list(range(n)):
+        raise ValueError(f"{folder / 'nodes.csv'}: column 'node' must hold 0..{n - 1} once each")
+    views = [np.load(folder / f"{name}.npy") for name in MODALITIES]
+    for name, view in zip(MODALITIES, views):
+        if view.ndim != 2 or view.shape[0] != n:
+            raise ValueError(f"{folder / (name + '.npy')}: expected one row per node ({n}), got shape {view.shape}")
+    ids = edges[["src", "dst"]].to_numpy().T
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        raise ValueError(f"{folder / 'edges.csv'}: node ids outside 0..{n - 1}")
+    labels = nodes.sort_values("node")["label"].to_numpy()
+    if (labels < 0).any() and not (labels < 0).all():
+        raise ValueError(f"{folder / 'nodes.csv'}: give every node a label, or none (all -1: unlabelled)")
+    y = torch.from_numpy(np.clip(labels, 0, None)).long()
+    x = pack(torch.from_numpy(views[0]), torch.from_numpy(views[1]))
+    graph = clean_graph(x, torch.from_numpy(ids).long().reshape(2, -1), y)
+    return [DomainGraph(folder_name, graph, modality_dims=(views[0].shape[1], views[1].shape[1]))]
+
+
+def dataset_spec(name: str) -> DatasetSpec:
+    """The registered dataset ``name``, or the on-disk multimodal graph ``mm:<folder>``.
+
+    Raises:
+        UnknownNameError: listing the valid names and the ``mm:<folder>`` form.
+    """
+    if name.startswith(MULTIMODAL_PREFIX) and len(name) > len(MULTIMODAL_PREFIX):
+        folder = name[len(MULTIMODAL_PREFIX):]
+        return DatasetSpec(name, "node", (folder,), SPLIT, partial(_load_multimodal_folder, folder),
+                           files=tuple(f"{MULTIMODAL_ROOT}/{folder}/{f}" for f in MULTIMODAL_FILES),
+                           description=f"multimodal graph read from {MULTIMODAL_ROOT}/{folder}", shared_features=False,
+                           multimodal=True)
+    try:
+        return DATASETS.get(name)
+    except UnknownNameError as error:
+        raise UnknownNameError(f"{error}; or mm:<folder> for a multimodal graph stored under "
+                               f"<data_dir>/{MULTIMODAL_ROOT}/<folder>") from None
 
 
 def _load_tu_graphs(name: str, root: Path, cache_dir: Path) -> list[Data]:
@@ -234,6 +304,18 @@ def _tu_files(name: str) -> tuple[str, ...]:
     return tuple(f"TUDataset/{name}/raw/{name}_{part}.txt" for part in ("A", "graph_indicator", "graph_labels"))
 
 
+_add(DatasetSpec(
+    SYNTHETIC_MM, "node", (SYNTHETIC_MM,), SPLIT, _load_synthetic_mm, needs_files=False, shared_features=False,
+    multimodal=True, description="generated multimodal graph (visual + text views of class-conditioned latents); "
+                                 "needs no files",
+))
+for _name, _key in (("cora-mm", "Cora"), ("citeseer-mm", "CiteSeer")):
+    _add(DatasetSpec(
+        _name, "node", (_name,), SPLIT, partial(_load_two_view, _key), shared_features=False, multimodal=True,
+        files=tuple(f"Planetoid/{_key}/raw/ind.{_key.lower()}.{part}"
+                    for part in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")),
+        description=f"Planetoid {_key} as two views: bag-of-words (text) and 128-dim NetMF structure (visual)",
+    ))
 _add(DatasetSpec(
     SYNTHETIC_GRAPHS, "graph", (SYNTHETIC_GRAPHS,), GRAPH_SPLIT, _load_synthetic_graphs, needs_files=False,
     description="generated graph-classification set (3 classes of random graphs); needs no files",

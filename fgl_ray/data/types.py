@@ -13,6 +13,8 @@ from torch_geometric.data import Batch, Data
 Task = Literal["node", "graph"]
 #: The readouts (``fgl_ray.tasks``) a dataset kind offers, its own first.
 KIND_TASKS: dict[str, tuple[str, ...]] = {"node": ("node-classification",), "graph": ("graph-classification",)}
+#: Multimodal node graphs offer the cross-modal readouts too.
+MULTIMODAL_TASKS = ("node-classification", "link-prediction", "modality-matching", "modality-retrieval")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class DatasetSpec:
         needs_files: whether loading reads ``files`` (the synthetic generator does not).
         shared_features: the domains' raw features share coordinates (one vocabulary), so a
             single SVD can be fitted on their union (``features: svd``).
+        multimodal: nodes carry a visual and a text modality (:mod:`fgl_ray.data.multimodal`).
     """
 
     name: str
@@ -42,19 +45,25 @@ class DatasetSpec:
     description: str = ""
     needs_files: bool = True
     shared_features: bool = True
+    multimodal: bool = False
 
     @property
     def tasks(self) -> tuple[str, ...]:
         """The tasks this dataset offers, its own first."""
-        return KIND_TASKS[self.task]
+        return MULTIMODAL_TASKS if self.multimodal else KIND_TASKS[self.task]
 
 
 @dataclass
 class DomainGraph:
-    """One domain's whole graph before partitioning (x float, edge_index, y long)."""
+    """One domain's whole graph before partitioning (x float, edge_index, y long).
+
+    ``modality_dims`` is set for multimodal graphs, whose ``x`` packs ``[visual | text |
+    availability]`` (:mod:`fgl_ray.data.multimodal`): the widths of the two modality blocks.
+    """
 
     name: str
     data: Data
+    modality_dims: tuple[int, int] | None = None
 
 
 @dataclass

@@ -24,8 +24,9 @@ class GraphModel(nn.Module):
     (prototypes) use what ``encode`` returns.
     """
 
-    #: The tasks (``fgl_ray.tasks``) this backbone serves.
-    tasks: ClassVar[tuple[str, ...]] = ("node-classification",)
+    #: The tasks (``fgl_ray.tasks``) this backbone serves (link prediction scores node pairs by the
+    #: dot product of their ``encode`` rows unless the model has ``score_links``).
+    tasks: ClassVar[tuple[str, ...]] = ("node-classification", "link-prediction")
     #: The first layer multiplies ``x`` by a weight, so ``x`` may be a sparse CSR matrix.
     accepts_sparse_features: ClassVar[bool] = True
     #: The width of what ``encode`` returns (set by each backbone).

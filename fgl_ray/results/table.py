@@ -86,9 +86,11 @@ POOLED_METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "head_accuracy", 
 
 def pooled_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     """One row per run: last-K "mean ± std" in percent of every metric pooled over all clients
-    (accuracy, balanced accuracy, macro-F1 and, where recorded, head/medium/tail accuracy), then
-    the label-only references (head/medium/tail n/a)."""
-    metrics = [m for m in POOLED_METRICS if any(m in s["all"] for s in summaries.values())]
+    (for classification accuracy, balanced accuracy, macro-F1 and, where recorded, head/medium/tail
+    accuracy, in that order; for other tasks every recorded metric), then the label-only references
+    (head/medium/tail n/a)."""
+    recorded = sorted({m for s in summaries.values() for m in s["all"]})
+    metrics = [m for m in POOLED_METRICS if m in recorded] or recorded
     rows = [[label, *(_mean_std(s["all"].get(m)) for m in metrics)] for label, s in summaries.items()]
     rows += [[label, *(_value(r["all"], m) for m in metrics)] for label, r in reference_rows(summaries).items()]
     return pd.DataFrame(rows, columns=["run", *metrics]).to_string(index=False)

@@ -47,7 +47,7 @@ class ClientRuntime:
         model = build_config_model(config, *self.task.model_dims(graph.data, num_features, num_classes)).to(device)
         self.algorithm = build_algorithm(config.algorithm, config.algorithm_options, config)
         self.ctx = ClientContext(
-            client_id=graph.client_id, data=self.task.prepare(graph.data, model, device), model=model,
+            client_id=graph.client_id, data=self.task.prepare(graph, model, device), model=model,
             optimizer=build_optimizer(config, model), config=config, num_classes=num_classes, device=device,
             task=self.task,
         )

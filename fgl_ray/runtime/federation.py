@@ -15,6 +15,7 @@ from fgl_ray.config import ExperimentConfig
 from fgl_ray.data import build_federated_data
 from fgl_ray.data.longtail import training_class_counts
 from fgl_ray.data.types import FederatedGraphData
+from fgl_ray.models.base import model_options
 from fgl_ray.metrics import class_frequency_order
 from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_accuracy, plot_class_accuracy,
                              plot_learning_curves, plot_update_diagnostics, read_metrics, summarize,
@@ -35,8 +36,19 @@ class RunResult:
     summary: dict[str, Any]
 
 
+def configured_for(config: ExperimentConfig, data: FederatedGraphData) -> ExperimentConfig:
+    """``config`` with the model options the data dictates (a multimodal graph's modality widths)
+    that its backbone accepts; options the config sets itself win."""
+    accepted = model_options(config.model)
+    dictated = {k: v for k, v in (data.meta.get("model_options") or {}).items() if k in accepted}
+    if all(config.model_options.get(k) == v for k, v in dictated.items()):
+        return config
+    return config.with_overrides(model_options=dictated | config.model_options)
+
+
 def open_backend(config: ExperimentConfig, data: FederatedGraphData):
     """The backend named by ``config.backend`` (the Ray one needs a running Ray session)."""
+    config = configured_for(config, data)
     if config.backend == "local":
         from fgl_ray.runtime.local_backend import LocalBackend
 
@@ -75,6 +87,7 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
         The run id, its folder and its summary.
     """
     data = data or build_federated_data(config)
+    config = configured_for(config, data)
     run_id = default_run_id(config)
     run_dir = Path(config.output_dir) / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -117,7 +130,7 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
         bar.close()
         backend.close()
     metrics = read_metrics(run_dir)
-    summary = summarize(metrics, last_k=config.last_k)
+    summary = summarize(metrics, last_k=config.last_k, selection_metric=task.headline)
     if test_counts:
         summary["references"] = reference_scores(test_counts, domain_of)
     write_summary(run_dir, summary)

@@ -4,6 +4,6 @@ A new readout is one file here and its tests; no algorithm changes.
 """
 
 from fgl_ray.tasks.base import ALIASES, TASKS, Task, build_task, canonical_task, group_stats, pool_stats
-from fgl_ray.tasks import graph_classification, node_classification  # noqa: F401  (registration)
+from fgl_ray.tasks import graph_classification, link_prediction, modality, node_classification  # noqa: F401
 
 __all__ = ["ALIASES", "TASKS", "Task", "build_task", "canonical_task", "group_stats", "pool_stats"]

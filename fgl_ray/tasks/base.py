@@ -22,6 +22,7 @@ from fgl_ray.registry import Registry
 
 if TYPE_CHECKING:
     from fgl_ray.config import ExperimentConfig
+    from fgl_ray.data.types import ClientGraph
 
 TASKS: Registry[type["Task"]] = Registry("task")
 #: Short names accepted wherever a task is named.
@@ -71,8 +72,10 @@ class Task:
         self.config = config
 
     # ------------------------------------------------------------------ client data
-    def prepare(self, data: Any, model: nn.Module, device: Any) -> Any:
-        """The client's data as it lives inside its host (on ``device``); never alters ``data``."""
+    def prepare(self, graph: "ClientGraph", model: nn.Module, device: Any) -> Any:
+        """The client's data as it lives inside its host (on ``device``), built once from its
+        partition ``graph`` (never altered); task-specific splits are drawn here, seeded by
+        ``(data_seed, client_id)``."""
         raise NotImplementedError
 
     def model_dims(self, data: Any, num_features: int, num_classes: int) -> tuple[int, int]:

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Batch
 
-from fgl_ray.data.types import GraphSet
+from fgl_ray.data.types import ClientGraph, GraphSet
 from fgl_ray.tasks.base import TASKS
 from fgl_ray.tasks.classification import ClassificationTask
 
@@ -22,8 +22,8 @@ class GraphClassification(ClassificationTask):
     name = "graph-classification"
     dataset_kind = "graph"
 
-    def prepare(self, data: GraphSet, model: nn.Module, device) -> GraphSet:
-        return data.to(device)
+    def prepare(self, graph: ClientGraph, model: nn.Module, device) -> GraphSet:
+        return graph.data.to(device)
 
     def model_dims(self, data: GraphSet, num_features: int, num_classes: int) -> tuple[int, int]:
         """The client's own feature width and label count (multi-dataset groups differ)."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
+from fgl_ray.data.types import ClientGraph
 from fgl_ray.models.base import quiet_sparse_warnings
 from fgl_ray.tasks.base import TASKS
 from fgl_ray.tasks.classification import ClassificationTask
@@ -40,8 +41,8 @@ class NodeClassification(ClassificationTask):
     name = "node-classification"
     dataset_kind = "node"
 
-    def prepare(self, data: Data, model: nn.Module, device) -> Data:
-        data = copy.copy(data).to(device)  # shallow: never alter the caller's partition
+    def prepare(self, graph: ClientGraph, model: nn.Module, device) -> Data:
+        data = copy.copy(graph.data).to(device)  # shallow: never alter the caller's partition
         data.x = client_features(self.config, model, data.x)
         return data
 
@@ -57,8 +58,12 @@ class NodeClassification(ClassificationTask):
     def split_batches(self, data: Data, split: str):
         return ((data, getattr(data, f"{split}_mask")),)
 
+    def node_inputs(self, batch: Data) -> tuple[Tensor, Tensor]:
+        """The node features and message-passing edges of a batch."""
+        return batch.x, batch.edge_index
+
     def encode(self, model: nn.Module, batch: Data) -> Tensor:
-        return model.encode(batch.x, batch.edge_index)
+        return model.encode(*self.node_inputs(batch))
 
     def classify(self, model: nn.Module, z: Tensor, batch: Data) -> Tensor:
         return model.classify(z, batch.edge_index)

@@ -37,3 +37,20 @@ def tiny_graph_config(tmp_path):
 @pytest.fixture(scope="session")
 def tiny_graph_data():
     return build_federated_data(load_config(TINY_GRAPHS))
+
+
+TINY_MULTIMODAL = dict(dataset="synthetic-mm", num_clients=3, hidden=16, rounds=2, local_epochs=1, torch_threads=1,
+                       missing="node:0.5", synthetic={"num_nodes": 240})
+
+
+@pytest.fixture
+def tiny_multimodal_config(tmp_path):
+    """A 3-client multimodal federation (half the nodes miss one modality) for the cross-modal tasks."""
+    def make(**changes):
+        return load_config(TINY_MULTIMODAL | {"output_dir": tmp_path} | changes)
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_multimodal_data():
+    return build_federated_data(load_config(TINY_MULTIMODAL))

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fgl_ray.algorithms import ALGORITHMS
+from fgl_ray.tasks import TASKS
 from fgl_ray.results import read_metrics
 from fgl_ray.runtime import open_backend, run_experiment
 
@@ -27,19 +28,27 @@ def _scores(run_dir) -> pd.DataFrame:
 #: Every (algorithm, task) pair the algorithms declare, with the fixtures of that task's tiny federation.
 PAIRS = [(algorithm, task) for algorithm in ALGORITHMS.names() for task in ALGORITHMS.get(algorithm).tasks]
 TASK_FIXTURES = {"node-classification": ("tiny_config", "tiny_data"),
-                 "graph-classification": ("tiny_graph_config", "tiny_graph_data")}
+                 "graph-classification": ("tiny_graph_config", "tiny_graph_data"),
+                 **{task: ("tiny_multimodal_config", "tiny_multimodal_data")
+                    for task in ("link-prediction", "modality-matching", "modality-retrieval")}}
+#: Node classification on multimodal graphs: the algorithms that need the multimodal backbone.
+MULTIMODAL_ONLY = {name for name in ALGORITHMS.names() if ALGORITHMS.get(name).models == ("mm_gnn",)}
 
 
 @pytest.mark.parametrize("backend", ["local", "ray"])
 @pytest.mark.parametrize("algorithm, task", PAIRS)
 def test_every_supported_algorithm_and_task_runs_two_rounds_with_three_clients(request, algorithm, task, backend):
     _backend_fixture(request, backend)
-    make_config, data = (request.getfixturevalue(name) for name in TASK_FIXTURES[task])
-    config = make_config(algorithm=algorithm, backend=backend)
+    fixtures = TASK_FIXTURES[task]
+    if algorithm in MULTIMODAL_ONLY:
+        fixtures = ("tiny_multimodal_config", "tiny_multimodal_data")
+    make_config, data = (request.getfixturevalue(name) for name in fixtures)
+    config = make_config(algorithm=algorithm, backend=backend, task=task)
     assert config.resolved_task() == task
     result = run_experiment(config, data, progress=False)
     frame = read_metrics(result.run_dir)
-    tested = frame[(frame.split == "test") & (frame.metric == "accuracy")]
+    headline = TASKS.get(task).headline
+    tested = frame[(frame.split == "test") & (frame.metric == headline)]
     assert sorted(tested["round"].unique()) == [0, 1]
     assert set(tested.client_id) == {"0", "1", "2", "server"}
     assert set(tested[tested.client_id == "server"].domain) == set(data.domains) | {"all"}

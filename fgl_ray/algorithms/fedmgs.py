@@ -1,0 +1,181 @@
+"""FedMGS (Wu et al., "Towards Modality-imbalanced Federated Graph Learning: A Data Synthesis-based
+Approach", CIKM 2026): missing modalities recovered in representation space.
+
+Client ``k`` (Algorithm 1), on the ``mm_gnn`` backbone (:mod:`fgl_ray.models.multimodal`), every
+local epoch one step on (Eq. 10)
+
+    L = L_task + lambda_rec * L_rec + lambda_proto * L_proto
+
+* the forward pass of Eqs. 2-9 (:meth:`MultimodalGNN.forward_parts`): gated modality encoders
+  and the mean over observed modalities, GCN + LayerNorm for ``h^g``; for each modality the query
+  ``pi^m = q^T P^m`` into the broadcast class-modality banks (``q`` one-hot for labelled training
+  nodes, else the stop-gradient softmax of prototype similarities, over the modality's valid
+  classes), the synthesis ``z_hat^m = psi_syn^m([z^{m'} | h | pi^m | 0])``, the confidence
+  ``eta^m``, scaled by ``sigmoid(-beta_m Delta_m)`` with the server's spread ``Delta_m``, and the
+  fusion ``eta z_hat + (1 - eta) h`` for a missing modality (an observed one passes unchanged);
+* ``L_rec``: mean over complete nodes and both modalities of ``||z_hat^m - z^m||^2``;
+* ``L_proto``: cross-entropy of ``cos(s_i, p_c) / tau`` (``tau = sqrt(d)``, the paper) over the
+  classes with a prototype, on labelled training nodes; off before any prototype exists.
+
+After training the client uploads, per modality and class, the mean of its encoder outputs
+``e_m(x^m)`` over the training-labelled nodes that observe ``m`` and their count (Eq. 3):
+``prototypes [2, C, d]``, ``counts [2, C]`` and the model; nothing per node. The server averages
+the models (the configured aggregator, sample-weighted by the task's training samples, Eq. 1),
+merges each bank entry count-weighted over the clients that observed it (an entry nobody observed
+stays absent, and one nobody reported this round keeps its previous value), and computes the
+spread ``Delta_m``, the mean over dimensions of the population variance of the valid class
+prototypes (Eq. 6; 0 with fewer than two). It broadcasts ``prototypes``, ``valid``, ``spread``.
+
+Ablations: ``availability_gate: false`` encodes placeholders as inputs (they enter message
+passing); ``prototype_synthesis: false`` drops the prototype route (``pi = 0``, no ``L_proto``, no
+upload, no spread); ``reliability_fusion: false`` lets a missing modality take ``z_hat``
+directly. Readings of the paper's open details: ``fgl_ray/models/multimodal.py`` and the README.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import Tensor
+
+from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
+from fgl_ray.algorithms.prototypes import class_means, merge_prototypes, training_phase
+from fgl_ray.messages import ClientUpdate
+from fgl_ray.models.multimodal import MULTIMODAL_TASKS, Prototypes, prototype_logits
+
+
+def reconstruction_loss(parts: dict[str, Tensor]) -> Tensor:
+    """``L_rec``: mean of ``||z_hat^m - z^m||^2`` over complete nodes and both modalities (0 without any)."""
+    complete = parts["available"].all(dim=1)
+    if not bool(complete.any()):
+        return parts["z_hat"].sum() * 0.0
+    return (parts["z_hat"][complete] - parts["z"][complete]).pow(2).sum(-1).mean()
+
+
+def prototype_loss(s: Tensor, labels: Tensor, prototypes: Prototypes, temperature: float) -> Tensor:
+    """``L_proto``: cross-entropy of prototype similarities on labelled nodes whose class has a prototype."""
+    means, present = prototypes.class_means()
+    rows = (labels >= 0) & present[labels.clamp(min=0)]
+    if not bool(rows.any()):
+        return s.sum() * 0.0
+    return F.cross_entropy(prototype_logits(s[rows], means, present, temperature), labels[rows])
+
+
+def bank_spread(banks: Tensor, valid: Tensor) -> Tensor:
+    """``Delta_m`` per modality: mean over dimensions of the variance over valid classes (Eq. 6)."""
+    spread = torch.zeros(banks.shape[0])
+    for m in range(banks.shape[0]):
+        if int(valid[m].sum()) >= 2:
+            spread[m] = banks[m][valid[m]].var(dim=0, unbiased=False).mean()
+    return spread
+
+
+@ALGORITHMS.register("fedmgs")
+class FedMGS(Algorithm):
+    """Availability-aware encoding, prototype-guided latent synthesis, reliability-calibrated fusion."""
+
+    tasks = MULTIMODAL_TASKS
+    models = ("mm_gnn",)
+    default_dataset = "synthetic-mm"
+
+    class Options(Algorithm.Options):
+        lambda_rec: float = Field(0.05, ge=0.0, description="weight of the reconstruction loss on complete nodes")
+        lambda_proto: float = Field(0.3, ge=0.0, description="weight of the prototype alignment loss")
+        temperature: Optional[float] = Field(None, gt=0.0, description="of prototype similarities; default sqrt(d)")
+        availability_gate: bool = Field(True, description="ablation switch: availability-aware encoding")
+        prototype_synthesis: bool = Field(True, description="ablation switch: prototype-guided synthesis")
+        reliability_fusion: bool = Field(True, description="ablation switch: reliability-calibrated fusion")
+
+    # ------------------------------------------------------------------ client side
+    def tau(self) -> float:
+        return self.options.temperature or math.sqrt(self.config.hidden)
+
+    def prototypes(self, ctx: ClientContext) -> Prototypes | None:
+        """The broadcast banks on the client's device (``None`` before any, or when ablated)."""
+        stats = ctx.server_stats
+        if not self.options.prototype_synthesis or "prototypes" not in stats or not bool(stats["valid"].any()):
+            return None
+        return Prototypes(stats["prototypes"].to(ctx.device), stats["valid"].to(ctx.device).bool(),
+                          stats["spread"].to(ctx.device))
+
+    def parts(self, ctx: ClientContext, batch) -> tuple[dict[str, Tensor], Tensor]:
+        """FedMGS's forward pass on ``batch`` and the query labels (labelled training nodes, else -1)."""
+        x, edge_index = ctx.task.node_inputs(batch)
+        mask, y = ctx.task.labelled(batch)
+        labels = torch.where(mask, y, torch.full_like(y, -1))
+        options = self.options
+        parts = ctx.model.forward_parts(x, edge_index, self.prototypes(ctx), labels, gate=options.availability_gate,
+                                        synthesis=options.prototype_synthesis, fusion=options.reliability_fusion,
+                                        temperature=self.tau())
+        return parts, labels
+
+    def local_train(self, ctx: ClientContext) -> dict[str, float]:
+        """One step per local epoch (and batch) on Eq. 10."""
+        ctx.model.train()
+        task, prototypes = ctx.task, self.prototypes(ctx)
+        total = rec = proto = torch.zeros(())
+        for _ in range(self.config.local_epochs):
+            for batch in task.train_batches(ctx.data):
+                ctx.optimizer.zero_grad(set_to_none=True)
+                parts, labels = self.parts(ctx, batch)
+                loss = task.loss(task.classify(ctx.model, parts["readout"], batch), batch)
+                rec = reconstruction_loss(parts)
+                proto = (prototype_loss(parts["s"], labels, prototypes, self.tau()) if prototypes is not None
+                         else torch.zeros(()))
+                total = loss + self.options.lambda_rec * rec + self.options.lambda_proto * proto
+                total.backward()
+                ctx.optimizer.step()
+        return {"loss": float(total.detach()), "reconstruction_loss": float(rec.detach()),
+                "prototype_loss": float(proto.detach())}
+
+    @torch.no_grad()
+    def predict(self, ctx: ClientContext, batch) -> Tensor:
+        ctx.model.eval()
+        parts, _ = self.parts(ctx, batch)
+        return ctx.task.classify(ctx.model, parts["readout"], batch)
+
+    @torch.no_grad()
+    def upload(self, ctx: ClientContext) -> dict[str, Tensor]:
+        """Class-modality prototypes of the encoder outputs over observed training nodes, and counts (Eq. 3)."""
+        if not self.options.prototype_synthesis:
+            return {}
+        batch = next(iter(ctx.task.representation_batches(ctx.data)))
+        x, edge_index = ctx.task.node_inputs(batch)
+        mask, y = ctx.task.labelled(batch)
+        with training_phase(ctx.model) as model:
+            views, available = model.split(x)
+            raw = [encoder(view) for encoder, view in zip(model.encoders, views)]
+        banks, counts = zip(*(class_means(raw[m], y, mask & available[:, m], ctx.num_classes) for m in range(2)))
+        return {"prototypes": torch.stack(banks), "counts": torch.stack(counts)}
+
+    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
+        if not self.options.prototype_synthesis:
+            return {}
+        return {"prototypes": (2, num_classes, self.config.hidden), "counts": (2, num_classes)}
+
+    # ------------------------------------------------------------------ server side
+    def setup_server(self, server) -> None:
+        """Empty banks (no entry valid) and zero spreads before the first round."""
+        self.banks = torch.zeros(2, server.num_classes, self.config.hidden)
+        self.valid = torch.zeros(2, server.num_classes, dtype=torch.bool)
+
+    def aggregate(self, server, updates: Sequence[ClientUpdate]) -> None:
+        """Model average, then each modality's bank merged over the clients that observed each entry."""
+        server.aggregate_with_aggregator(updates)
+        reported = [u.stats for u in updates if "prototypes" in u.stats]
+        if not reported:
+            return
+        for m in range(2):
+            merged, present = merge_prototypes([(s["prototypes"][m], s["counts"][m]) for s in reported])
+            self.banks[m] = torch.where(present.unsqueeze(-1), merged, self.banks[m])
+            self.valid[m] |= present
+
+    def server_stats(self, server) -> dict[str, Tensor]:
+        if not self.options.prototype_synthesis:
+            return {}
+        return {"prototypes": self.banks.clone(), "valid": self.valid.clone(),
+                "spread": bank_spread(self.banks, self.valid)}

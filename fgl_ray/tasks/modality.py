@@ -1,0 +1,157 @@
+"""Cross-modal readouts on multimodal graphs: modality matching and modality retrieval.
+
+Both train the same objective: the symmetric InfoNCE between the visual and the text embeddings
+(``e_v``, ``e_t``, from the model's ``modality_views``) of the client's training nodes, a node's
+own pair being the positive and the other training nodes' the negatives (temperature 0.07, as
+the peer benchmark OpenMAG uses; the FedMGS paper names only a contrastive loss). A node whose
+modality is missing contributes the embedding its model produces for it (placeholder or
+synthesised), as at evaluation.
+
+* ``modality-matching``: AUC of ``cos(e_v_i, e_t_i)`` (own pair) against ``cos(e_v_i, e_t_j)``
+  with ``j`` a fixed random derangement of the split's nodes (one mismatched pair per node),
+  from additive histograms of the cosines; also over complete nodes only (``auc_complete``),
+  since a synthesised modality is built from the node's other one and flatters the score.
+* ``modality-retrieval``: each split node's text queries the split's visual embeddings of the
+  same client (and the reverse), ranked by cosine; the rank of the true partner counts the
+  candidates with a strictly higher score (ties favour the partner). Statistics: hits within
+  the top 1/5/10 and reciprocal ranks per direction, which add over clients; Recall@5 is the mean
+  of both directions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.data import Data
+
+from fgl_ray.data.splits import client_generator
+from fgl_ray.data.types import ClientGraph
+from fgl_ray.metrics import auc_from_histograms, score_histogram
+from fgl_ray.tasks.base import EVAL_SPLITS, TASKS, Stats, Task
+
+TEMPERATURE = 0.07
+RECALL_AT = (1, 5, 10)
+
+
+def derangement(count: int, generator: torch.Generator) -> Tensor:
+    """A random permutation of ``range(count)`` without fixed points (identity for ``count < 2``)."""
+    if count < 2:
+        return torch.arange(count)
+    shift = torch.randint(1, count, (1,), generator=generator)
+    order = torch.randperm(count, generator=generator)
+    mapping = torch.empty(count, dtype=torch.long)
+    mapping[order] = order[(torch.arange(count) + shift) % count]   # a cycle through a random order
+    return mapping
+
+
+def info_nce(visual: Tensor, text: Tensor, temperature: float = TEMPERATURE) -> Tensor:
+    """Symmetric InfoNCE of matched rows (row ``i`` of both is a pair)."""
+    if visual.shape[0] == 0:
+        return visual.sum() * 0.0
+    logits = F.normalize(visual, dim=-1) @ F.normalize(text, dim=-1).T / temperature
+    target = torch.arange(visual.shape[0], device=visual.device)
+    return (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+
+
+class CrossModalTask(Task):
+    """Full-batch training on the client's graph with the InfoNCE of its training nodes."""
+
+    dataset_kind = "node"
+
+    def prepare(self, graph: ClientGraph, model: nn.Module, device) -> Data:
+        data = graph.data.clone()
+        generator = client_generator(self.config.data_seed, graph.client_id)
+        for split in EVAL_SPLITS:
+            data[f"{split}_partner"] = derangement(int(data[f"{split}_mask"].sum()), generator)
+        return data.to(device)
+
+    def train_labels(self, data: Data) -> Tensor:
+        return data.y[data.train_mask]
+
+    def train_batches(self, data: Data) -> Iterable[Data]:
+        return (data,)
+
+    def representation_batches(self, data: Data) -> Iterable[Data]:
+        return (data,)
+
+    def node_inputs(self, batch: Data) -> tuple[Tensor, Tensor]:
+        """The node features and message-passing edges of a batch."""
+        return batch.x, batch.edge_index
+
+    def encode(self, model: nn.Module, batch: Data) -> Tensor:
+        return model.encode(*self.node_inputs(batch))
+
+    def classify(self, model: nn.Module, z: Tensor, batch: Data) -> Tensor:
+        """``[e_v | e_t]``: the two modality embeddings side by side (the task's "outputs")."""
+        return torch.cat(model.modality_views(z), dim=-1)
+
+    def labelled(self, batch: Data) -> tuple[Tensor, Tensor]:
+        return batch.train_mask, batch.y
+
+    def loss(self, logits: Tensor, batch: Data) -> Tensor:
+        visual, text = logits[batch.train_mask].chunk(2, dim=-1)
+        return info_nce(visual, text)
+
+    @torch.no_grad()
+    def evaluate(self, predict: Callable[[Data], Tensor], data: Data, num_classes: int) -> dict[str, Stats]:
+        outputs = predict(data)
+        complete = (data.x[:, -2:] > 0.5).all(dim=1)    # the packed availability bits (multimodal layout)
+        stats = {}
+        for split in EVAL_SPLITS:
+            mask = data[f"{split}_mask"]
+            visual, text = (F.normalize(e, dim=-1) for e in outputs[mask].chunk(2, dim=-1))
+            stats[split] = self.split_stats(visual, text, data[f"{split}_partner"], complete[mask])
+        return stats
+
+    def split_stats(self, visual: Tensor, text: Tensor, partner: Tensor, complete: Tensor) -> Stats:
+        raise NotImplementedError
+
+
+@TASKS.register("modality-matching")
+class ModalityMatching(CrossModalTask):
+    """AUC of own visual-text pairs against mismatched ones."""
+
+    name = "modality-matching"
+    headline = "auc"
+
+    def split_stats(self, visual: Tensor, text: Tensor, partner: Tensor, complete: Tensor) -> Stats:
+        own = ((visual * text).sum(-1) + 1) / 2                        # cosines mapped to [0, 1]
+        other = ((visual * text[partner]).sum(-1) + 1) / 2
+        return {"positive": score_histogram(own.cpu()), "negative": score_histogram(other.cpu()),
+                "positive_complete": score_histogram(own[complete].cpu()),
+                "negative_complete": score_histogram(other[complete].cpu())}
+
+    def scores(self, stats) -> dict[str, float]:
+        return {"auc": auc_from_histograms(stats["positive"], stats["negative"]),
+                "auc_complete": auc_from_histograms(stats["positive_complete"], stats["negative_complete"])}
+
+
+@TASKS.register("modality-retrieval")
+class ModalityRetrieval(CrossModalTask):
+    """Recall@K of the true partner among the split's other-modality embeddings."""
+
+    name = "modality-retrieval"
+    headline = "recall_at_5"
+
+    def split_stats(self, visual: Tensor, text: Tensor, partner: Tensor, complete: Tensor) -> Stats:
+        similarity = text @ visual.T                                   # text queries x visual candidates
+        stats: Stats = {"queries": np.array([visual.shape[0]], dtype=np.int64)}
+        for direction, matrix in (("text_to_visual", similarity), ("visual_to_text", similarity.T)):
+            own = matrix.diagonal().unsqueeze(1)
+            ranks = 1 + (matrix > own).sum(dim=1)
+            stats[f"{direction}_hits"] = np.array([int((ranks <= k).sum()) for k in RECALL_AT], dtype=np.int64)
+            stats[f"{direction}_reciprocal"] = np.array([float((1.0 / ranks.double()).sum())])
+        return stats
+
+    def scores(self, stats) -> dict[str, float]:
+        queries = float(stats["queries"][0])
+        if queries == 0:
+            return {f"recall_at_{k}": float("nan") for k in RECALL_AT} | {"mrr": float("nan")}
+        directions = ("text_to_visual", "visual_to_text")
+        recall = {f"recall_at_{k}": float(np.mean([stats[f"{d}_hits"][i] for d in directions]) / queries)
+                  for i, k in enumerate(RECALL_AT)}
+        return recall | {"mrr": float(np.mean([stats[f"{d}_reciprocal"][0] for d in directions]) / queries)}

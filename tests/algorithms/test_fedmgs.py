@@ -1,0 +1,173 @@
+"""FedMGS: availability gating, prototype banks, the upload, the losses and the ablation switches."""
+
+import pytest
+import torch
+
+from fgl_ray.algorithms.fedmgs import bank_spread, prototype_loss, reconstruction_loss
+from fgl_ray.config import load_config
+from fgl_ray.data import build_federated_data
+from fgl_ray.data.multimodal import pack, unpack
+from fgl_ray.messages import GLOBAL, ClientUpdate
+from fgl_ray.models import build_model
+from fgl_ray.models.multimodal import Prototypes
+
+DIMS = (5, 3)
+
+
+def _model(**options):
+    torch.manual_seed(0)
+    return build_model("mm_gnn", sum(DIMS) + 2, 4, hidden=8, num_layers=2, modality_dims=DIMS, **options).eval()
+
+
+def _graph(n=10):
+    generator = torch.Generator().manual_seed(1)
+    available = torch.ones(n, 2, dtype=torch.bool)
+    available[[1, 4], 0] = False                      # visual missing
+    available[[2, 7], 1] = False                      # text missing
+    x = pack(torch.randn(n, DIMS[0], generator=generator) * available[:, :1],
+             torch.randn(n, DIMS[1], generator=generator) * available[:, 1:], available)
+    src = torch.arange(n)
+    edge_index = torch.cat([torch.stack([src, (src + 1) % n]), torch.stack([(src + 1) % n, src])], dim=1)
+    return x, edge_index, available
+
+
+def _with_garbage_placeholders(x, available):
+    visual, text, _ = unpack(x, DIMS)
+    noisy_visual = torch.where(available[:, :1], visual, torch.full_like(visual, 7.5))
+    noisy_text = torch.where(available[:, 1:], text, torch.full_like(text, -3.0))
+    return pack(noisy_visual, noisy_text, available)
+
+
+def test_placeholder_values_never_reach_the_graph_encoding_when_gated():
+    model = _model()
+    x, edge_index, available = _graph()
+    clean = model.forward_parts(x, edge_index)
+    noisy = model.forward_parts(_with_garbage_placeholders(x, available), edge_index)
+    for key in ("s", "h", "z"):
+        torch.testing.assert_close(clean[key], noisy[key], rtol=0, atol=0)
+    ungated = (model.forward_parts(x, edge_index, gate=False), model.forward_parts(
+        _with_garbage_placeholders(x, available), edge_index, gate=False))
+    assert not torch.allclose(ungated[0]["h"], ungated[1]["h"])          # the ablation lets them in
+
+
+def test_observed_modalities_pass_through_and_missing_ones_are_filled():
+    model = _model()
+    x, edge_index, available = _graph()
+    parts = model.forward_parts(x, edge_index)
+    assert torch.equal(parts["f"][available], parts["z"][available])
+    eta = parts["eta"][~available].unsqueeze(-1)
+    expected = eta * parts["z_hat"][~available] + (1 - eta) * parts["h"].unsqueeze(1).expand_as(parts["z"])[~available]
+    torch.testing.assert_close(parts["f"][~available], expected)
+    direct = model.forward_parts(x, edge_index, fusion=False)            # w/o reliability fusion
+    torch.testing.assert_close(direct["f"][~available], direct["z_hat"][~available])
+
+
+def test_the_spread_scales_confidence_down_and_prototypes_enter_the_synthesis():
+    model = _model()
+    x, edge_index, _ = _graph()
+    banks = torch.randn(2, 4, 8)
+    valid = torch.tensor([[True, True, False, True], [True, False, True, True]])
+    flat = Prototypes(banks, valid, torch.zeros(2))
+    spread = Prototypes(banks, valid, torch.tensor([2.0, 3.0]))
+    without = model.forward_parts(x, edge_index)
+    a = model.forward_parts(x, edge_index, flat, torch.full((10,), -1))
+    b = model.forward_parts(x, edge_index, spread, torch.full((10,), -1))
+    assert not torch.allclose(a["z_hat"], without["z_hat"])                # pi changes the synthesis input
+    ratio = b["eta"] / a["eta"]
+    torch.testing.assert_close(ratio, torch.sigmoid(-model.beta * spread.spread).expand_as(ratio) / 0.5)
+
+
+def test_spread_is_the_mean_per_dimension_variance_over_valid_classes():
+    banks = torch.tensor([[[0.0, 2.0], [2.0, 4.0], [99.0, 99.0]], [[1.0, 1.0], [5.0, 5.0], [3.0, 3.0]]])
+    valid = torch.tensor([[True, True, False], [True, False, False]])
+    spread = bank_spread(banks, valid)
+    assert spread[0] == pytest.approx(1.0)                               # variances 1 and 1 over two classes
+    assert spread[1] == 0.0                                              # fewer than two valid classes
+
+
+def test_losses_by_hand():
+    parts = {"available": torch.tensor([[True, True], [True, False]]), "z": torch.zeros(2, 2, 3),
+             "z_hat": torch.ones(2, 2, 3)}
+    assert reconstruction_loss(parts) == pytest.approx(3.0)               # one complete node, ||1||^2 = 3
+    parts["available"][0, 1] = False
+    assert reconstruction_loss(parts) == 0.0
+    s = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    prototypes = Prototypes(torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 0.0]]]),
+                            torch.tensor([[True, True], [True, False]]), torch.zeros(2))
+    got = prototype_loss(s, torch.tensor([0, -1]), prototypes, temperature=0.5)
+    logits = torch.tensor([1.0, 0.0]) / 0.5                               # cos with class means, unlabelled row out
+    assert got == pytest.approx(float(-torch.log_softmax(logits, 0)[0]))
+
+
+@pytest.fixture(scope="module")
+def federation():
+    config = load_config({"dataset": "synthetic-mm", "algorithm": "fedmgs", "num_clients": 3, "hidden": 16,
+                          "local_epochs": 1, "rounds": 3, "missing": "node:0.5", "backend": "local",
+                          "torch_threads": 1, "synthetic": {"num_nodes": 240}})
+    data = build_federated_data(config)
+    from fgl_ray.runtime import open_backend
+
+    return open_backend(config, data), data
+
+
+def test_the_upload_is_model_banks_and_counts_only(federation):
+    backend, data = federation
+    client = backend.pool.clients[0]
+    update = client.train(backend.server.broadcast(0))
+    assert set(update.stats) == {"prototypes", "counts"}
+    assert update.stats["prototypes"].shape == (2, data.num_classes, 16)
+    assert update.stats["counts"].shape == (2, data.num_classes)
+    graph = client.ctx.data
+    available = graph.x[:, -2:] > 0.5
+    for m in range(2):
+        observed = graph.train_mask & available[:, m]
+        expected = torch.bincount(graph.y[observed], minlength=data.num_classes).float()
+        assert torch.equal(update.stats["counts"][m], expected)
+    sizes = {c.ctx.data.num_nodes for c in backend.pool.clients.values()}
+    shapes = {tuple(c.train(backend.server.broadcast(0)).stats["prototypes"].shape)
+              for c in backend.pool.clients.values()}
+    assert len(sizes) > 1 and len(shapes) == 1                            # no node-count dimension
+
+
+def test_an_entry_nobody_observed_stays_absent_and_counts_weight_the_merge(federation):
+    backend, _ = federation
+    server = backend.server
+    params = server.models[GLOBAL].params
+    algorithm = server.algorithm
+    algorithm.setup_server(server)
+
+    def update(client, banks, counts):
+        return ClientUpdate(client, GLOBAL, 5, torch.zeros_like(params), torch.zeros(0),
+                            stats={"prototypes": banks, "counts": counts})
+
+    classes = algorithm.banks.shape[1]
+    first, second = torch.randn(2, classes, 16), torch.randn(2, classes, 16)
+    counts_a, counts_b = torch.zeros(2, classes), torch.zeros(2, classes)
+    counts_a[0, 0], counts_b[0, 0], counts_b[1, 1] = 1.0, 3.0, 2.0
+    algorithm.aggregate(server, [update(0, first, counts_a), update(1, second, counts_b)])
+    torch.testing.assert_close(algorithm.banks[0, 0], (first[0, 0] + 3 * second[0, 0]) / 4)
+    torch.testing.assert_close(algorithm.banks[1, 1], second[1, 1])
+    assert algorithm.valid.sum() == 2 and not algorithm.valid[1, 0]
+    assert torch.equal(algorithm.banks[1, 0], torch.zeros(16))          # absent, not averaged in
+    stats = algorithm.server_stats(server)
+    assert set(stats) == {"prototypes", "valid", "spread"}
+
+
+def test_prototypes_exist_after_a_round_and_the_ablation_sends_none(tmp_path):
+    values = {"dataset": "synthetic-mm", "algorithm": "fedmgs", "num_clients": 3, "hidden": 16, "local_epochs": 1,
+              "missing": "client:0.5", "backend": "local", "torch_threads": 1, "synthetic": {"num_nodes": 240}}
+    data = build_federated_data(load_config(values))
+    from fgl_ray.runtime import open_backend
+
+    full = open_backend(load_config(values), data)
+    full.run_round(0)
+    assert full.server.algorithm.valid.all()
+    ablated = open_backend(load_config(values | {"algorithm_options": {"prototype_synthesis": False}}), data)
+    ablated.run_round(0)
+    assert ablated.server.broadcast(1).stats == {}
+    assert ablated.pool.clients[0].train(ablated.server.broadcast(1)).stats == {}
+
+
+def test_fedmgs_refuses_another_backbone():
+    with pytest.raises(ValueError, match="needs the model mm_gnn"):
+        load_config({"dataset": "synthetic-mm", "algorithm": "fedmgs", "model": "gcn"})

@@ -1,0 +1,118 @@
+"""Each readout's metric on hand-made cases with a known answer, and its additive statistics."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from sklearn.metrics import roc_auc_score
+from torch_geometric.data import Data
+
+from fgl_ray.config import load_config
+from fgl_ray.data.types import ClientGraph
+from fgl_ray.metrics import auc_from_histograms, score_histogram
+from fgl_ray.tasks import build_task, pool_stats
+from fgl_ray.tasks.link_prediction import sample_non_edges, split_edges
+from fgl_ray.tasks.modality import derangement, info_nce
+
+
+def test_auc_from_histograms_by_hand_and_against_sklearn():
+    positive, negative = np.array([0, 1, 2]), np.array([2, 1, 0])       # bins low / mid / high
+    # pairs: pos-high beats every negative (2*3), pos-mid beats neg-low (1*2) and ties neg-mid (1*1/2)
+    assert auc_from_histograms(positive, negative) == pytest.approx((2 * 3 + 1 * 2 + 0.5) / 9)
+    rng = np.random.default_rng(0)
+    pos, neg = rng.beta(3, 2, 400), rng.beta(2, 3, 500)
+    expected = roc_auc_score(np.r_[np.ones(400), np.zeros(500)], np.r_[pos, neg])
+    assert auc_from_histograms(score_histogram(pos), score_histogram(neg)) == pytest.approx(expected, abs=2e-3)
+    assert np.isnan(auc_from_histograms(np.zeros(3), np.ones(3)))
+
+
+def test_pooled_histograms_give_the_auc_of_all_scores():
+    rng = np.random.default_rng(1)
+    parts = [(rng.beta(3, 2, 50 * k), rng.beta(2, 3, 40 * k)) for k in (1, 2, 3)]
+    pooled = pool_stats({"positive": score_histogram(p), "negative": score_histogram(n)} for p, n in parts)
+    everything = roc_auc_score(np.r_[np.ones(300), np.zeros(240)],
+                               np.r_[np.concatenate([p for p, _ in parts]), np.concatenate([n for _, n in parts])])
+    assert auc_from_histograms(pooled["positive"], pooled["negative"]) == pytest.approx(everything, abs=2e-3)
+
+
+def _ring(n=30):
+    src = torch.arange(n)
+    ring = torch.stack([src, (src + 1) % n])
+    chords = torch.stack([src[::3], (src[::3] + 7) % n])
+    edge_index = torch.cat([ring, chords, ring.flip(0), chords.flip(0)], dim=1)
+    return Data(x=torch.randn(n, 4), edge_index=edge_index, y=src % 2, train_mask=src < 18, val_mask=(src >= 18) & (src < 24),
+                test_mask=src >= 24)
+
+
+def test_edge_split_partitions_the_undirected_edges_and_negatives_are_non_edges():
+    data = _ring()
+    train, val, test = split_edges(data.edge_index, (0.6, 0.2, 0.2), torch.Generator().manual_seed(0))
+    undirected = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]
+    together = torch.cat([train, val, test], dim=1)
+    assert together.shape[1] == undirected.shape[1]
+    assert {tuple(e) for e in together.T.tolist()} == {tuple(e) for e in undirected.T.tolist()}
+    negatives = sample_non_edges(data.edge_index, data.num_nodes, 50, torch.Generator().manual_seed(1))
+    existing = {tuple(e) for e in data.edge_index.T.tolist()}
+    assert negatives.shape == (2, 50) and not any(tuple(e) in existing for e in negatives.T.tolist())
+    assert bool((negatives[0] != negatives[1]).all())
+
+
+def test_link_prediction_trains_on_training_edges_only_and_scores_a_perfect_model_at_one():
+    config = load_config({"dataset": "synthetic-mm", "task": "link-prediction", "model": "gcn"})
+    task = build_task(config)
+    data = task.prepare(ClientGraph(0, "d", _ring()), None, "cpu")
+    train = {tuple(e) for e in data.edge_index.T.tolist()}
+    held = {tuple(e) for e in torch.cat([data.val_pos, data.test_pos], dim=1).T.tolist()}
+    assert not train & held and not train & {(b, a) for a, b in held}
+
+    def oracle(batch):                                   # knows the whole graph: 1 for edges, 0 otherwise
+        edges = {tuple(e) for e in data.full_edge_index.T.tolist()}
+        return torch.tensor([10.0 if tuple(p) in edges else -10.0 for p in batch.pairs.T.tolist()])
+
+    stats = task.evaluate(oracle, data, 2)
+    assert task.scores(stats["test"])["auc"] == pytest.approx(1.0)
+
+
+def _modal(n=12):
+    return Data(x=torch.ones(n, 2), y=torch.zeros(n, dtype=torch.long), train_mask=torch.zeros(n, dtype=torch.bool),
+                val_mask=torch.zeros(n, dtype=torch.bool), test_mask=torch.ones(n, dtype=torch.bool),
+                edge_index=torch.empty(2, 0, dtype=torch.long))
+
+
+def test_derangements_have_no_fixed_point():
+    for count in (2, 3, 10, 57):
+        mapping = derangement(count, torch.Generator().manual_seed(count))
+        assert sorted(mapping.tolist()) == list(range(count)) and bool((mapping != torch.arange(count)).all())
+
+
+def test_matching_auc_is_one_for_identical_views_and_half_for_unrelated_ones():
+    task = build_task(load_config({"dataset": "synthetic-mm", "task": "modality-matching"}))
+    data = task.prepare(ClientGraph(0, "d", _modal()), None, "cpu")
+    views = torch.randn(12, 8)
+    aligned = task.evaluate(lambda batch: torch.cat([views, views], dim=-1), data, 1)
+    assert task.scores(aligned["test"])["auc"] == pytest.approx(1.0)
+    constant = task.evaluate(lambda batch: torch.ones(12, 16), data, 1)    # every pair scores the same
+    assert task.scores(constant["test"])["auc"] == pytest.approx(0.5)
+
+
+def test_retrieval_recall_by_hand():
+    task = build_task(load_config({"dataset": "synthetic-mm", "task": "modality-retrieval"}))
+    data = task.prepare(ClientGraph(0, "d", _modal()), None, "cpu")
+    views = F.normalize(torch.randn(12, 8), dim=-1)
+    perfect = task.scores(task.evaluate(lambda batch: torch.cat([views, views], dim=-1), data, 1)["test"])
+    assert perfect["recall_at_1"] == perfect["recall_at_5"] == perfect["mrr"] == 1.0
+    shuffled = torch.roll(views, 1, dims=0)              # each text's own visual partner is another node's
+    ranks = []
+    similarity = views @ shuffled.T
+    for query in range(12):
+        ranks.append(1 + int((similarity[query] > similarity[query, query]).sum()))
+    got = task.scores(task.evaluate(lambda batch: torch.cat([shuffled, views], dim=-1), data, 1)["test"])
+    # visual = shuffled, text = views: text->visual ranks from `similarity`; visual->text from its transpose
+    reverse = [1 + int((similarity.T[q] > similarity.T[q, q]).sum()) for q in range(12)]
+    expected = (np.mean(np.array(ranks) <= 5) + np.mean(np.array(reverse) <= 5)) / 2
+    assert got["recall_at_5"] == pytest.approx(expected)
+
+
+def test_info_nce_is_lowest_for_aligned_views():
+    views = torch.randn(16, 8)
+    assert info_nce(views, views) < info_nce(views, torch.randn(16, 8))
