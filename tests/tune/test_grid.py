@@ -131,6 +131,8 @@ def test_shipped_grids_validate(shared_datasets, monkeypatch):
     assert len(fedia.trials) == 5 * 5 * 2 and len(fedia.baselines) == 2
     assert {p.config.partition for p in fedia.baselines} == {"twitch-S1", "twitch-S3"}
     assert {p.config.model for p in fedia.points} == {"pmlp_gcn"}
+    fedmgs = load_grid(REPO / "tune_configs" / "fedmgs_lambda.yaml")
+    assert len(fedmgs.trials) == 25 and {p.config.model for p in fedmgs.points} == {"mm_gnn"}
     gcfl = load_grid(REPO / "tune_configs" / "gcfl_eps.yaml")
     assert len(gcfl.trials) == 16 and [p.config.algorithm for p in gcfl.baselines] == ["fedavg"]
     assert {(p.config.model, p.config.resolved_task()) for p in gcfl.points} == {("gin", "graph-classification")}
@@ -169,6 +171,14 @@ def test_every_field_that_shapes_the_partitions_is_in_the_data_key(field, value)
 
     base = load_config({"dataset": "twitch", "partition": "twitch-S1"})
     assert data_key(base) != data_key(base.with_overrides(**{field: value}))
+
+
+def test_missing_modalities_are_in_the_data_key():
+    from fgl_ray.config import load_config
+    from fgl_ray.tune.grid import data_key
+
+    base = load_config({"dataset": "synthetic-mm", "missing": "node:0.3"})
+    assert data_key(base) != data_key(base.with_overrides(missing="node:0.5"))
 
 
 def test_max_graphs_is_in_the_data_key():

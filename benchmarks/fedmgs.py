@@ -1,0 +1,180 @@
+"""FedMGS reproduction: four readouts x missing rates x client counts, baselines, ablations, cost.
+
+    python benchmarks/fedmgs.py main [--seeds 3]            # synthetic-mm, every task, rate and K
+    python benchmarks/fedmgs.py ablation [--seeds 3]        # K = 5, rate 0.5, every task
+    FGL_DATA_DIR=../shared/datasets python benchmarks/fedmgs.py two-view [--seeds 3]
+    python benchmarks/fedmgs.py cost                       # seconds per round and bytes uploaded
+
+The setting of the paper (Section 6.1): Louvain into 5 or 10 clients, 100 rounds, 10 local epochs,
+Adam (lr 1e-3; the paper gives none), the ``mm_gnn`` backbone for every method; client-level
+missingness for node classification and retrieval, node-level for link prediction and matching
+(Table 1), at rates 0.3 / 0.5 / 0.7. Methods: FedMGS; FedAvg on the same backbone with zero-filled
+missing inputs and with mean-filled ones; FedProto on it. Metrics: accuracy, link-prediction AUC,
+matching AUC, retrieval Recall@5 (pooled over clients, test split, averaged over the last 20
+rounds of a run), mean ± std over seeds (data seed 0, training seeds 0..N-1). The generator's
+settings are its defaults, fixed before any FedMGS run (``fgl_ray/data/multimodal.py``).
+Sections of ``benchmarks/RESULTS.md``: ``fedmgs-main``, ``fedmgs-ablation``, ``fedmgs-two-view``,
+``fedmgs-cost``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fedia_common import replace_section  # noqa: E402
+
+from fgl_ray.config import load_config  # noqa: E402
+from fgl_ray.data import build_federated_data  # noqa: E402
+from fgl_ray.results import read_metrics  # noqa: E402
+from fgl_ray.runtime import open_backend, run_experiment  # noqa: E402
+from fgl_ray.tasks import TASKS  # noqa: E402
+
+TASK_MISSING = {"node-classification": "client", "link-prediction": "node", "modality-matching": "node",
+                "modality-retrieval": "client"}
+RATES = (0.3, 0.5, 0.7)
+CLIENTS = (5, 10)
+METHODS = {
+    "FedMGS": ("fedmgs", {}, {}),
+    "FedAvg (zero-filled)": ("fedavg", {}, {}),
+    "FedAvg (mean-filled)": ("fedavg", {}, {"fill": "mean"}),
+    "FedProto": ("fedproto", {}, {}),
+}
+ABLATIONS = {
+    "FedMGS": {},
+    "w/o availability-aware encoding": {"availability_gate": False},
+    "w/o prototype-guided synthesis": {"prototype_synthesis": False},
+    "w/o reliability fusion": {"reliability_fusion": False},
+}
+TWO_VIEW_TASKS = ("node-classification", "link-prediction")
+
+
+def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, options: dict, model_options: dict,
+        seed: int, args, data_cache: dict) -> float:
+    """One federation's pooled test headline metric, last-20 mean."""
+    values = {"dataset": dataset, "task": task, "missing": f"{TASK_MISSING[task]}:{rate}", "num_clients": clients,
+              "algorithm": algorithm, "algorithm_options": options, "model_options": model_options, "seed": seed,
+              "rounds": args.rounds, "backend": "local", "torch_threads": args.torch_threads,
+              "output_dir": str(args.out), "last_k": min(20, args.rounds),
+              "run_name": f"{dataset}-{task}-{TASK_MISSING[task]}{rate}-k{clients}-{algorithm}-"
+                          f"{'-'.join(f'{k}={v}' for k, v in {**options, **model_options}.items()) or 'default'}-s{seed}"}
+    if args.data_dir:
+        values["data_dir"] = str(args.data_dir)
+    config = load_config(values)
+    key = (dataset, task, rate, clients)
+    if key not in data_cache:
+        data_cache[key] = build_federated_data(config)
+    started = time.perf_counter()
+    summary = run_experiment(config, data_cache[key], progress=False).summary
+    value = summary["all"][TASKS.get(task).headline]["mean"]
+    print(f"{values['run_name']}: {value:.4f} ({time.perf_counter() - started:.0f} s)", flush=True)
+    return value
+
+
+def cell(values: list[float]) -> str:
+    return f"{100 * np.mean(values):.2f}±{100 * np.std(values):.2f}"
+
+
+def grid_table(dataset: str, task: str, methods: dict, rates, clients, args, data_cache) -> str:
+    columns = [(k, r) for k in clients for r in rates]
+    results = {label: {c: [run(dataset, task, c[1], c[0], *spec, seed, args, data_cache) for seed in range(args.seeds)]
+                       for c in columns} for label, spec in methods.items()}
+    header = (f"| {dataset}: {task} ({TASKS.get(task).headline}, {TASK_MISSING[task]}-level) | "
+              + " | ".join(f"K={k} ρ={r}" for k, r in columns) + " |\n|---|" + "---|" * len(columns) + "\n")
+    lines = [f"| {label} | " + " | ".join(cell(results[label][c]) for c in columns) + " |" for label in results]
+    if "FedMGS" in results and len(results) > 1:
+        margins = []
+        for c in columns:
+            best = max(np.mean(results[label][c]) for label in results if label != "FedMGS")
+            margins.append(f"{100 * (np.mean(results['FedMGS'][c]) - best):+.2f}")
+        lines.append("| *FedMGS − best baseline* | " + " | ".join(margins) + " |")
+    return header + "\n".join(lines) + "\n"
+
+
+def note(args, what: str) -> str:
+    command = shlex.join(["python", "benchmarks/fedmgs.py", *sys.argv[1:]])
+    return (f"Command: `{command}` ({what}; {args.rounds} rounds, 10 local epochs, Adam lr 1e-3, mm_gnn d = 128; "
+            f"pooled test metric in %, last-20-round mean, mean±std over {args.seeds} seed(s))\n\n")
+
+
+def main_part(args) -> None:
+    cache: dict = {}
+    tables = [grid_table("synthetic-mm", task, METHODS, RATES, CLIENTS, args, cache) for task in args.tasks]
+    body = note(args, "synthetic-mm with its default settings") + "\n".join(tables)
+    replace_section("fedmgs-main", body, args.results_file)
+    print(body)
+
+
+def ablation_part(args) -> None:
+    cache: dict = {}
+    methods = {label: ("fedmgs", options, {}) for label, options in ABLATIONS.items()}
+    tables = [grid_table("synthetic-mm", task, methods, (0.5,), (5,), args, cache) for task in args.tasks]
+    body = note(args, "synthetic-mm, K = 5, rate 0.5; each row removes one component") + "\n".join(tables)
+    replace_section("fedmgs-ablation", body, args.results_file)
+    print(body)
+
+
+def two_view_part(args) -> None:
+    cache: dict = {}
+    tables = [grid_table(dataset, task, METHODS, RATES, (5,), args, cache)
+              for dataset in ("cora-mm", "citeseer-mm") for task in TWO_VIEW_TASKS]
+    body = note(args, "Cora and CiteSeer as two views (bag-of-words text, 128-dim NetMF structure), K = 5") \
+        + "\n".join(tables)
+    replace_section("fedmgs-two-view", body, args.results_file)
+    print(body)
+
+
+def cost_part(args) -> None:
+    """Seconds per round (median after the first) and bytes one client uploads per round."""
+    lines = ["| method | task | s/round | upload bytes per client per round | of which statistics |",
+             "|---|---|---|---|---|"]
+    for task in args.tasks:
+        for label, (algorithm, options, model_options) in METHODS.items():
+            config = load_config({"dataset": "synthetic-mm", "task": task, "missing": f"{TASK_MISSING[task]}:0.5",
+                                  "algorithm": algorithm, "algorithm_options": options, "model_options": model_options,
+                                  "rounds": args.cost_rounds, "backend": "local", "torch_threads": 1,
+                                  "output_dir": str(args.out), "run_name": f"cost-{task}-{algorithm}-{len(model_options)}"})
+            data = build_federated_data(config)
+            backend = open_backend(config, data)
+            update = backend.pool.clients[0].train(backend.server.broadcast(0))
+            statistics_bytes = sum(t.numel() * t.element_size() for t in update.stats.values())
+            total = update.update.numel() * update.update.element_size() + statistics_bytes + 8   # + the sample count
+            result = run_experiment(config, data, progress=False)
+            metrics = read_metrics(result.run_dir)
+            seconds = metrics[(metrics.split == "round") & (metrics.metric == "seconds")].sort_values("round").value
+            lines.append(f"| {label} | {task} | {statistics.median(seconds.iloc[1:]):.3f} | {total:,} | "
+                         f"{statistics_bytes:,} |")
+            print(lines[-1], flush=True)
+    command = shlex.join(["python", "benchmarks/fedmgs.py", *sys.argv[1:]])
+    body = (f"Command: `{command}` (synthetic-mm, K = 5, rate 0.5, {args.cost_rounds} rounds, in-process, one torch "
+            "thread; seconds per round = median after the first, training and evaluation of all clients)\n\n"
+            + "\n".join(lines) + "\n")
+    replace_section("fedmgs-cost", body, args.results_file)
+    print(body)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("part", choices=("main", "ablation", "two-view", "cost"))
+    parser.add_argument("--tasks", nargs="+", default=list(TASK_MISSING), choices=list(TASK_MISSING))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--cost-rounds", type=int, default=10)
+    parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=Path("results/benchmarks/fedmgs"))
+    parser.add_argument("--results-file", type=Path, default=None)
+    args = parser.parse_args()
+    {"main": main_part, "ablation": ablation_part, "two-view": two_view_part, "cost": cost_part}[args.part](args)
+
+
+if __name__ == "__main__":
+    main()
