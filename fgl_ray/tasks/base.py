@@ -106,11 +106,14 @@ class Task:
         raise NotImplementedError
 
     def labelled(self, batch: Any) -> tuple[Tensor, Tensor]:
-        """``(mask, y)`` over the rows of ``z`` / ``logits``: which rows count, and all rows' labels."""
+        """``(mask, y)`` over the rows of ``z``: which rows are labelled training samples, and all
+        rows' class labels (what prototype and contrastive methods compare). For the
+        classification tasks the rows of ``z`` are those of the logits; for link prediction ``z``
+        has a row per node and the logits one per node pair."""
         raise NotImplementedError
 
     def loss(self, logits: Tensor, batch: Any) -> Tensor:
-        """The supervised loss: cross-entropy over the rows that count."""
+        """The supervised loss; the default is cross-entropy over the labelled rows."""
         mask, y = self.labelled(batch)
         return F.cross_entropy(logits[mask], y[mask])
 

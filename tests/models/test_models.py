@@ -4,6 +4,7 @@ from torch_geometric.nn import GCNConv
 from torch_geometric.utils import to_undirected
 
 from fgl_ray.models import MODELS, build_model
+from fgl_ray.models.base import model_options
 
 
 def _graph(num_nodes=12, num_features=6, seed=0):
@@ -13,7 +14,8 @@ def _graph(num_nodes=12, num_features=6, seed=0):
     return x, to_undirected(ring)
 
 
-NODE_MODELS = [n for n in MODELS.names() if "node-classification" in MODELS.get(n).tasks]
+NODE_MODELS = [n for n in MODELS.names()
+               if "node-classification" in MODELS.get(n).tasks and "modality_dims" not in model_options(n)]
 
 
 @pytest.mark.parametrize("name", NODE_MODELS)
@@ -90,3 +92,20 @@ def test_gin_shares_only_its_convolutions_unless_told_otherwise():
     assert {"embedding.weight", "readout.weight"} <= set(everything.names)
     # the shared part does not depend on the input width or the label count
     assert ParamLayout.of(build_model("gin", 40, 7, hidden=8)) == convs
+
+
+def test_mm_gnn_gives_readout_and_modality_views_and_needs_its_widths():
+    from fgl_ray.data.multimodal import pack
+
+    x, edge_index = _graph()
+    packed = pack(x[:, :4], x[:, 4:])
+    model = build_model("mm_gnn", 8, 3, hidden=8, modality_dims=(4, 2)).eval()
+    z = model.encode(packed, edge_index)
+    assert z.shape == (12, 24) and model.classify(z).shape == (12, 3)
+    visual, text = model.modality_views(z)
+    assert visual.shape == text.shape == (12, 8)
+    assert model.score_links(z, edge_index).shape == (edge_index.shape[1],)
+    with pytest.raises(ValueError, match="needs modality_dims"):
+        build_model("mm_gnn", 8, 3)
+    with pytest.raises(ValueError, match="2 availability bits"):
+        build_model("mm_gnn", 9, 3, modality_dims=(4, 2))
