@@ -70,7 +70,7 @@ SETTING = dict(partition="louvain", num_clients=10, model="gcn", num_layers=2, h
 def base_config(dataset: str, args) -> dict:
     values = dict(SETTING, dataset=dataset, rounds=args.rounds, imbalance_ratio=args.imbalance_ratio,
                   backend=args.backend, output_dir=str(args.out), last_k=min(20, args.rounds),
-                  eval_every=args.eval_every, torch_threads=args.torch_threads)
+                  eval_every=args.eval_every, torch_threads=args.torch_threads, overwrite=True)
     if args.data_dir:
         values["data_dir"] = str(args.data_dir)
     return values

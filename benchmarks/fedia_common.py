@@ -99,7 +99,7 @@ def run_one(preset: str, algorithm: str, aggregator: str, options: Mapping, seed
     values = {"preset": preset, "algorithm": algorithm, "aggregator": aggregator, "aggregator_options": dict(options),
               "rounds": args.rounds, "diagnostics": True, "seed": seed, "backend": args.backend,
               "torch_threads": args.torch_threads, "output_dir": args.out, "run_name": name,
-              "features": args.features, "optimizer_state": args.optimizer_state}
+              "features": args.features, "optimizer_state": args.optimizer_state, "overwrite": True}
     if args.lr is not None:
         values["lr"] = args.lr
     config = load_config(values)

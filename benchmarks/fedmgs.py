@@ -63,7 +63,7 @@ def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, opti
     values = {"dataset": dataset, "task": task, "missing": f"{TASK_MISSING[task]}:{rate}", "num_clients": clients,
               "algorithm": algorithm, "algorithm_options": options, "model_options": model_options, "seed": seed,
               "rounds": args.rounds, "backend": "local", "torch_threads": args.torch_threads,
-              "output_dir": str(args.out), "last_k": min(20, args.rounds),
+              "output_dir": str(args.out), "last_k": min(20, args.rounds), "overwrite": True,
               "run_name": f"{dataset}-{task}-{TASK_MISSING[task]}{rate}-k{clients}-{algorithm}-"
                           f"{'-'.join(f'{k}={v}' for k, v in {**options, **model_options}.items()) or 'default'}-s{seed}"}
     if args.data_dir:
@@ -141,7 +141,8 @@ def cost_part(args) -> None:
             config = load_config({"dataset": "synthetic-mm", "task": task, "missing": f"{TASK_MISSING[task]}:0.5",
                                   "algorithm": algorithm, "algorithm_options": options, "model_options": model_options,
                                   "rounds": args.cost_rounds, "backend": "local", "torch_threads": 1,
-                                  "output_dir": str(args.out), "run_name": f"cost-{task}-{algorithm}-{len(model_options)}"})
+                                  "output_dir": str(args.out), "run_name": f"cost-{task}-{algorithm}-{len(model_options)}",
+                                  "overwrite": True})
             data = build_federated_data(config)
             backend = open_backend(config, data)
             update = backend.pool.clients[0].train(backend.server.broadcast(0))

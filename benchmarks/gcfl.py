@@ -68,7 +68,7 @@ def client_accuracy(summary: dict, which: str) -> dict[str, float]:
 def run_setting(name: str, values: dict, args) -> dict[str, list[dict]]:
     """Every method on one setting for every seed; per-seed summaries."""
     base = values | {"backend": args.backend, "torch_threads": args.torch_threads, "rounds": args.rounds,
-                     "output_dir": str(args.out), "data_seed": 0}
+                     "output_dir": str(args.out), "data_seed": 0, "overwrite": True}
     if args.data_dir:
         base["data_dir"] = str(args.data_dir)
     data = build_federated_data(load_config(base))
@@ -193,7 +193,7 @@ def speed(args) -> None:
     from fgl_ray.runtime.ray_backend import ray_session
 
     values = {"dataset": "tu-proteins", "num_clients": 10, "algorithm": "gcfl", "rounds": args.rounds,
-              "backend": "ray", "output_dir": str(args.out), "run_name": "speed-gcfl-proteins"}
+              "backend": "ray", "output_dir": str(args.out), "run_name": "speed-gcfl-proteins", "overwrite": True}
     if args.data_dir:
         values["data_dir"] = str(args.data_dir)
     ends = []

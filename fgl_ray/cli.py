@@ -62,7 +62,10 @@ def _run(args: argparse.Namespace) -> int:
 
     values = _config_values(args)
     algorithms = args.compare or ((values["algorithm"],) if "algorithm" in values else DEFAULT_COMPARISON)
-    configs = [load_config(values | {"algorithm": name}, yaml_path=args.config) for name in algorithms]
+    named = values.get("run_name")
+    configs = [load_config(values | {"algorithm": name} | ({"run_name": f"{named}-{name}"} if named and
+                                                           len(algorithms) > 1 else {}), yaml_path=args.config)
+               for name in algorithms]
     data = build_federated_data(configs[0])
     print(f"{configs[0].dataset}: {len(data.clients)} clients over domains {', '.join(data.domains)}; "
           f"{data.num_features} features, {data.num_classes} classes", flush=True)

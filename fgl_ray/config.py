@@ -111,6 +111,7 @@ class ExperimentConfig(BaseModel):
     # --- output
     output_dir: Path = Field(Path("results"), description="folder that receives one subfolder per run")
     run_name: Optional[str] = Field(None, description="run folder name; default algorithm-aggregator-dataset-time")
+    overwrite: bool = Field(False, description="replace a run folder that already holds results (else refused)")
 
     @model_validator(mode="before")
     @classmethod

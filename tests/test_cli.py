@@ -75,3 +75,12 @@ def test_fedmgs_link_prediction_with_missing_modalities_runs_on_its_synthetic_de
     assert code == 0
     out = capsys.readouterr().out
     assert out.startswith("synthetic-mm: 5 clients") and "auc" in out
+
+
+def test_a_named_comparison_gives_every_run_its_own_folder(tmp_path, capsys):
+    arguments = ["run", "--backend", "local", "--rounds", "1", "--no-progress", "--output-dir", str(tmp_path),
+                 "--synthetic", "{nodes_per_domain: 60, num_features: 8}", "--hidden", "8", "--run-name", "cmp"]
+    assert cli.main(arguments) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp-fedavg", "cmp-local"]
+    assert cli.main(arguments) == 2                                    # the same names again: refused
+    assert "already holds a run's results" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 from tqdm.auto import tqdm
 
-from fgl_ray.config import ExperimentConfig
+from fgl_ray.config import ConfigError, ExperimentConfig
 from fgl_ray.data import build_federated_data
 from fgl_ray.data.longtail import training_class_counts
 from fgl_ray.data.types import FederatedGraphData
@@ -21,6 +22,7 @@ from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_ac
                              plot_learning_curves, plot_update_diagnostics, read_metrics, summarize,
                              write_manifest, write_summary)
 from fgl_ray.results.plots import cluster_table, plot_cluster_membership
+from fgl_ray.results.writer import METRICS_DIRNAME
 from fgl_ray.results.references import reference_scores
 from fgl_ray.runtime.records import round_rows
 from fgl_ray.runtime.server import RoundResult
@@ -58,6 +60,22 @@ def open_backend(config: ExperimentConfig, data: FederatedGraphData):
     return RayBackend(config, data)
 
 
+def claim_run_dir(run_dir: Path, overwrite: bool) -> Path:
+    """Creates the run folder; one that already holds a run's metrics is emptied with ``overwrite``
+    and refused without it (rows of two runs must never mix in one folder).
+
+    Raises:
+        ConfigError: the folder holds results and ``overwrite`` is off.
+    """
+    if (run_dir / METRICS_DIRNAME).exists():
+        if not overwrite:
+            raise ConfigError(f"run folder {str(run_dir)!r} already holds a run's results; choose another "
+                              "--run-name (or --output-dir), or pass --overwrite true to replace it")
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
 def default_run_id(config: ExperimentConfig) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return config.run_name or f"{config.algorithm}-{config.aggregator}-{config.dataset}-{config.partition}-{stamp}"
@@ -89,8 +107,7 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     data = data or build_federated_data(config)
     config = configured_for(config, data)
     run_id = default_run_id(config)
-    run_dir = Path(config.output_dir) / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = claim_run_dir(Path(config.output_dir) / run_id, config.overwrite)
     write_manifest(run_dir, config.model_dump(mode="json"), seeds={"seed": config.seed, "data_seed": config.data_seed},
                    extra={"run_id": run_id, "domains": data.domains, "num_clients": len(data.clients),
                           "client_domains": {g.client_id: g.domain for g in data.clients}})

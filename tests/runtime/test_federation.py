@@ -200,3 +200,14 @@ def test_unshared_layers_stay_with_their_client(tiny_graph_config, tiny_graph_da
     handle.run_round(0)
     embeddings = [c.ctx.model.embedding.weight.detach() for c in handle.pool.clients.values()]
     assert not torch.equal(embeddings[0], embeddings[1])                    # each client trains its own
+
+
+def test_a_run_folder_is_never_appended_to_by_another_run(tiny_config, tiny_data):
+    from fgl_ray.config import ConfigError
+
+    config = tiny_config(backend="local", run_name="once")
+    run_experiment(config, tiny_data, progress=False)
+    with pytest.raises(ConfigError, match="already holds a run's results"):
+        run_experiment(config, tiny_data, progress=False)
+    again = run_experiment(config.with_overrides(overwrite=True, rounds=1), tiny_data, progress=False)
+    assert sorted(read_metrics(again.run_dir)["round"].unique()) == [0]     # the old rows are gone
