@@ -6,6 +6,7 @@ valid ones, bad values fail naming the field and the fix.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Union
@@ -127,6 +128,28 @@ class ExperimentConfig(BaseModel):
     def _at_least_one(cls, value: int, info) -> int:
         if value < 1:
             raise ValueError(f"{info.field_name} must be >= 1, got {value}")
+        return value
+
+    @field_validator("dirichlet_alpha", "dropout", "lr", "momentum", "weight_decay", "fraction_fit", "round_timeout_s",
+                     "diagnostics_fraction", mode="after")
+    @classmethod
+    def _finite(cls, value: float, info) -> float:
+        if not math.isfinite(value):
+            raise ValueError(f"{info.field_name} must be a finite number, got {value}")
+        return value
+
+    @field_validator("momentum")
+    @classmethod
+    def _momentum(cls, value: float) -> float:
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {value}; e.g. 0.9 (0 disables it)")
+        return value
+
+    @field_validator("weight_decay")
+    @classmethod
+    def _weight_decay(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {value}; e.g. 1e-5 (0 disables it)")
         return value
 
     @field_validator("imbalance_ratio")

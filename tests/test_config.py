@@ -26,6 +26,12 @@ from fgl_ray.config import ConfigError, load_config
     ({"failures": {7: [0]}, "rounds": 3}, ["failures", "round 7"]),
     ({"dataset": "wikinet", "partition": "wikinet", "features": "svd"}, ["features 'svd'", "wikinet", "features 'raw'"]),
     ({"optimizer_state": "forget"}, ["optimizer_state", "reset", "keep"]),
+    ({"lr": float("nan")}, ["lr", "finite"]),
+    ({"round_timeout_s": float("nan")}, ["round_timeout_s", "finite"]),
+    ({"momentum": -1}, ["momentum", "[0, 1)"]),
+    ({"momentum": 1.0}, ["momentum", "[0, 1)"]),
+    ({"weight_decay": -1}, ["weight_decay", ">= 0"]),
+    ({"dropout": 1.0}, ["dropout", "[0, 1)"]),
     ({"evaluate": "both"}, ["evaluate", "global", "local"]),
     ({"split_mode": "balanced"}, ["split_mode", "random", "stratified"]),
 ])
