@@ -315,6 +315,9 @@ def _check_graph_partition(config: ExperimentConfig, spec) -> None:
     if spec.task != "graph":
         raise ValueError(f"partition {config.partition!r} cuts graph-classification sets; {config.dataset!r} is a "
                          "node dataset (use louvain, random, label-dirichlet, domain or a preset)")
+    if config.partition == "datasets" and config.model_options.get("share") == "all" and len(spec.domains) > 1:
+        raise ValueError(f"model_options share: all shares every layer, but the clients of {config.dataset!r} differ "
+                         "in feature width and label set; keep the default share: convs")
     valid = ("chunks", "datasets") if len(spec.domains) == 1 else ("datasets",)
     if config.partition not in valid:
         raise ValueError(f"partition {config.partition!r} does not fit the graph dataset {config.dataset!r}; "
@@ -335,7 +338,17 @@ def _check_task(config: ExperimentConfig, spec) -> None:
     if task not in spec.tasks:
         raise ValueError(f"dataset {config.dataset!r} does not offer task {task!r}; its tasks: {', '.join(spec.tasks)} "
                          "(`fgl-ray datasets` lists each dataset's tasks)")
-    needed = ALGORITHMS.get(config.algorithm).models
+    from fgl_ray.aggregators import AGGREGATORS
+    from fgl_ray.models.base import model_options
+
+    algorithm = ALGORITHMS.get(config.algorithm)
+    if algorithm.clustered and AGGREGATORS.get(config.aggregator).shared_state:
+        raise ValueError(f"aggregator {config.aggregator!r} keeps one server-optimizer state, but {config.algorithm!r} "
+                         "keeps one model per cluster, whose steps would mix; use the mean or fedia aggregator")
+    if "modality_dims" in model_options(config.model) and not spec.multimodal:
+        raise ValueError(f"model {config.model!r} reads two modalities, but {config.dataset!r} is not a multimodal "
+                         "graph; use synthetic-mm, cora-mm, citeseer-mm or mm:<folder>, or another model")
+    needed = algorithm.models
     if needed is not None and config.model not in needed:
         raise ValueError(f"algorithm {config.algorithm!r} needs the model {' or '.join(needed)}, got {config.model!r}; "
                          f"use --model {needed[0]}")

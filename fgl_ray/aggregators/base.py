@@ -7,7 +7,7 @@ convention, ``u_k = -(W_k - W) / lr``) into new weights. It may keep state acros
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor
@@ -27,6 +27,10 @@ class Aggregator:
 
     class Options(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: One optimizer state for the whole federation (server moments): unusable when an algorithm
+    #: keeps several server models, whose steps would then mix.
+    shared_state: ClassVar[bool] = False
 
     def __init__(self, options: BaseModel, layout: ParamLayout, client_ids: Sequence[int],
                  local_steps: int = 1) -> None:

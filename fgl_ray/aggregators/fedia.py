@@ -34,8 +34,10 @@ descent-convention updates ``u_k = -(W_k - W) / eta`` and parameter groups ``G_m
 
 Score scale (``score_scale``): Eq. 6 has no temperature, so the sharpness of ``p`` depends on the
 units of ``u_k``. ``"update"`` (default, the paper) scores the descent update as sent, the sum of
-the ``E`` local steps; ``"per_step"`` divides it by ``E`` before the softmax, as the authors' code
-does by uploading the gradient averaged over the local steps (its ``p`` is flatter). Only the
+the ``E`` local steps; ``"per_step"`` divides it by ``E`` (``local_epochs``: the local steps of a full-batch node task;
+a task with several batches per epoch, or FedEPD's two stages, takes more) before the softmax, as
+the authors' code does by uploading the gradient averaged over the local steps (its ``p`` is
+flatter). Only the
 scores change: the step of Eq. 8 always uses the updates as sent.
 
 Readings: ``mask_scope="layer"`` (default) ranks within each parameter group as the paper's

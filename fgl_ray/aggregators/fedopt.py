@@ -32,6 +32,8 @@ from fgl_ray.params import ParamLayout
 class FedOptAggregator(Aggregator):
     """Shared server-optimizer state and step; subclasses define the second-moment rule."""
 
+    shared_state = True
+
     class Options(Aggregator.Options):
         server_lr: float = Field(0.01, gt=0.0, description="server learning rate eta")
         beta1: float = Field(0.9, ge=0.0, lt=1.0, description="first-moment decay")

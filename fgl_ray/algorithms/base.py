@@ -66,6 +66,8 @@ class Algorithm:
     models: ClassVar[tuple[str, ...] | None] = None
     #: The dataset a run takes when it names none (``None``: the config's default).
     default_dataset: ClassVar[str | None] = None
+    #: Keeps several server models (one per cluster of clients).
+    clustered: ClassVar[bool] = False
 
     #: Clients keep their own model between rounds instead of loading the server's (an
     #: algorithm whose options decide it sets the attribute per instance).

@@ -24,7 +24,9 @@ server
 
 Only the shared parameters take part (for GIN the convolutions; embedding and readout stay with
 each client). A cluster is split only when all its clients sent an update this round (GCFL
-samples every client). ``eps1``, ``eps2`` and ``seq_length`` default to the issue's values for
+samples every client; with ``fraction_fit < 1`` splits become rare). Server optimizers with one
+state for the federation (FedAdam, FedYogi, FedAdagrad) are refused: the clusters' steps would
+mix. ``eps1``, ``eps2`` and ``seq_length`` default to the issue's values for
 the dataset (GCFL's code), else ``0.05, 0.1, 5``.
 """
 
@@ -92,6 +94,8 @@ def shifted_similarities(changes: Tensor) -> np.ndarray:
 @ALGORITHMS.register("gcfl")
 class GCFL(Algorithm):
     """Clustered FL: split clusters by update-norm criteria and a min cut of update similarities."""
+
+    clustered = True
 
     class Options(Algorithm.Options):
         eps1: Optional[float] = Field(None, gt=0.0, description="split when ||mean dW|| < eps1 (default: by dataset)")

@@ -13,7 +13,7 @@ from fgl_ray.data.graphsets import graph_federation
 from fgl_ray.data.missing import apply_missing
 from fgl_ray.data.multimodal import MultimodalOptions, generate_multimodal
 from fgl_ray.data.longtail import apply_imbalance, global_class_counts  # also registers the LT datasets
-from fgl_ray.data.partition import PARTITIONERS, PRESETS, PartitionParams, build_clients, union_graph
+from fgl_ray.data.partition import PARTITIONERS, PRESETS, PartitionError, PartitionParams, build_clients, union_graph
 from fgl_ray.data.storage import resolve_cache_dir
 from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains, generate_graphs
 from fgl_ray.data.types import ClientGraph, DatasetSpec, DomainGraph, FederatedGraphData
@@ -78,6 +78,9 @@ def build_node_data(config: ExperimentConfig) -> FederatedGraphData:
         PartitionError: the partition settings do not fit the dataset.
     """
     loaded = load_domains(config)
+    if not all(domain.labelled for domain in loaded) and config.resolved_task() == "node-classification":
+        raise PartitionError(f"{config.dataset} has no node labels, so node classification cannot run; use "
+                             "--task link-prediction, modality-matching or modality-retrieval")
     if config.features == "svd":
         domains = shared_svd_features(loaded, config.feature_dim, config.data_seed)
     else:

@@ -146,12 +146,16 @@ def _load_synthetic_mm(root: Path | None, cache_dir: Path | None) -> list[Domain
     return generate_multimodal(MultimodalOptions(), seed=0)
 
 
+def structural_features(edge_index: Tensor, num_nodes: int, dim: int = STRUCTURE_VIEW) -> Tensor:
+    """Standardised ``dim``-wide NetMF embeddings of a graph (the second view of two-view graphs)."""
+    structure = netmf_embedding(edge_index, num_nodes, dim=dim)
+    return (structure - structure.mean(dim=0)) / structure.std(dim=0).clamp_min(1e-6)
+
+
 def _load_two_view(name: str, root: Path, cache_dir: Path) -> list[DomainGraph]:
     """A Planetoid graph as two views: bag-of-words (text) and 128-dim NetMF of the whole graph."""
     (graph,) = _load_planetoid(name, root, cache_dir)
-    structure = netmf_embedding(graph.data.edge_index, graph.data.num_nodes, dim=STRUCTURE_VIEW)
-    structure = (structure - structure.mean(dim=0)) / structure.std(dim=0).clamp_min(1e-6)
-    return [two_view(graph, structure)]
+    return [two_view(graph, structural_features(graph.data.edge_index, graph.data.num_nodes))]
 
 
 def _load_multimodal_folder(folder_name: str, root: Path, cache_dir: Path) -> list[DomainGraph]:
@@ -182,7 +186,8 @@ def _load_multimodal_folder(folder_name: str, root: Path, cache_dir: Path) -> li
     y = torch.from_numpy(np.clip(labels, 0, None)).long()
     x = pack(torch.from_numpy(views[0]), torch.from_numpy(views[1]))
     graph = clean_graph(x, torch.from_numpy(ids).long().reshape(2, -1), y)
-    return [DomainGraph(folder_name, graph, modality_dims=(views[0].shape[1], views[1].shape[1]))]
+    return [DomainGraph(folder_name, graph, modality_dims=(views[0].shape[1], views[1].shape[1]),
+                        labelled=bool((labels >= 0).all()))]
 
 
 def dataset_spec(name: str) -> DatasetSpec:
@@ -312,6 +317,7 @@ _add(DatasetSpec(
 for _name, _key in (("cora-mm", "Cora"), ("citeseer-mm", "CiteSeer")):
     _add(DatasetSpec(
         _name, "node", (_name,), SPLIT, partial(_load_two_view, _key), shared_features=False, multimodal=True,
+        structure_view=STRUCTURE_VIEW,
         files=tuple(f"Planetoid/{_key}/raw/ind.{_key.lower()}.{part}"
                     for part in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")),
         description=f"Planetoid {_key} as two views: bag-of-words (text) and 128-dim NetMF structure (visual)",

@@ -34,6 +34,9 @@ class DatasetSpec:
         shared_features: the domains' raw features share coordinates (one vocabulary), so a
             single SVD can be fitted on their union (``features: svd``).
         multimodal: nodes carry a visual and a text modality (:mod:`fgl_ray.data.multimodal`).
+        structure_view: the width of a first modality block that is an embedding of the graph's
+            own edges (two-view graphs); link prediction rebuilds it from each client's training
+            edges, so that held-out edges never shape the inputs that score them.
     """
 
     name: str
@@ -46,6 +49,7 @@ class DatasetSpec:
     needs_files: bool = True
     shared_features: bool = True
     multimodal: bool = False
+    structure_view: int = 0
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -59,11 +63,13 @@ class DomainGraph:
 
     ``modality_dims`` is set for multimodal graphs, whose ``x`` packs ``[visual | text |
     availability]`` (:mod:`fgl_ray.data.multimodal`): the widths of the two modality blocks.
+    ``labelled`` is false for a graph without labels (its ``y`` is then 0 everywhere: one class).
     """
 
     name: str
     data: Data
     modality_dims: tuple[int, int] | None = None
+    labelled: bool = True
 
 
 @dataclass

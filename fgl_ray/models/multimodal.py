@@ -178,9 +178,10 @@ class MultimodalGNN(GraphModel):
                            for m in range(2)], dim=1)
         if not fusion:
             calibrated = torch.ones_like(eta)
-        elif use_prototypes:
-            calibrated = eta * torch.sigmoid(-self.beta * prototypes.spread.to(eta.dtype))
-        else:
+        elif synthesis:                   # Eq. 7; before any bank the spread is 0 and the factor 1/2
+            spread = prototypes.spread.to(eta.dtype) if use_prototypes else torch.zeros_like(self.beta)
+            calibrated = eta * torch.sigmoid(-self.beta * spread)
+        else:                             # w/o prototype-guided synthesis: no spread, eta alone
             calibrated = eta
         filled = calibrated.unsqueeze(-1) * z_hat + (1 - calibrated.unsqueeze(-1)) * h.unsqueeze(1)
         f = torch.where(available.unsqueeze(-1), z, filled)

@@ -44,6 +44,8 @@ class ClientRuntime:
         self.config = config
         device = torch.device(device)
         self.task = build_task(config)
+        # parameters a model does not share keep this initialisation: seed it by client, not by process
+        torch.manual_seed(derive_seed(config.seed, -3, graph.client_id))
         model = build_config_model(config, *self.task.model_dims(graph.data, num_features, num_classes)).to(device)
         self.algorithm = build_algorithm(config.algorithm, config.algorithm_options, config)
         self.ctx = ClientContext(

@@ -16,14 +16,14 @@ from fgl_ray.config import ConfigError, ExperimentConfig
 from fgl_ray.data import build_federated_data
 from fgl_ray.data.longtail import training_class_counts
 from fgl_ray.data.types import FederatedGraphData
-from fgl_ray.models.base import model_options
 from fgl_ray.metrics import class_frequency_order
+from fgl_ray.models.base import model_options
 from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_accuracy, plot_class_accuracy,
                              plot_learning_curves, plot_update_diagnostics, read_metrics, summarize,
                              write_manifest, write_summary)
 from fgl_ray.results.plots import cluster_table, plot_cluster_membership
-from fgl_ray.results.writer import METRICS_DIRNAME
 from fgl_ray.results.references import reference_scores
+from fgl_ray.results.writer import METRICS_DIRNAME
 from fgl_ray.runtime.records import round_rows
 from fgl_ray.runtime.server import RoundResult
 from fgl_ray.tasks import build_task, pool_stats
@@ -81,9 +81,9 @@ def default_run_id(config: ExperimentConfig) -> str:
     return config.run_name or f"{config.algorithm}-{config.aggregator}-{config.dataset}-{config.partition}-{stamp}"
 
 
-def _pooled_val_accuracy(rows: list[dict]) -> float | None:
+def _pooled_val(rows: list[dict], metric: str) -> float | None:
     for row in rows:
-        if (row["client_id"], row["domain"], row["split"], row["metric"]) == (SERVER_ID, ALL_DOMAINS, "val", "accuracy"):
+        if (row["client_id"], row["domain"], row["split"], row["metric"]) == (SERVER_ID, ALL_DOMAINS, "val", metric):
             return row["value"]
     return None
 
@@ -138,9 +138,9 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
                     failure_log.write(json.dumps({"round": round_index, **failure.__dict__}) + "\n")
                     bar.write(f"round {round_index}: client {failure.client_id} failed in {failure.phase}: {failure.reason}")
                 failure_log.flush()
-                accuracy = _pooled_val_accuracy(rows)
-                if accuracy is not None:
-                    bar.set_postfix(val_acc=f"{accuracy:.3f}", failed=len(result.failures))
+                score = _pooled_val(rows, task.headline)
+                if score is not None:
+                    bar.set_postfix({f"val_{task.headline}": f"{score:.3f}", "failed": len(result.failures)})
                 if on_round is not None:
                     on_round(result, rows)
     finally:
@@ -151,7 +151,7 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     if test_counts:
         summary["references"] = reference_scores(test_counts, domain_of)
     write_summary(run_dir, summary)
-    plot_learning_curves(metrics, run_dir / "learning_curves.png")
+    plot_learning_curves(metrics, run_dir / "learning_curves.png", metric=task.headline)
     if last_test is not None and (data.num_classes >= 3 if class_plot is None else class_plot):
         save_class_accuracy(run_dir, config, last_test, class_counts)
     if config.diagnostics:

@@ -95,7 +95,7 @@ class ServerRuntime:
         evaluations: list[ClientEvaluation] = []
         if self.evaluation_due(round_index):
             answers = self.pool.evaluate(self.broadcast(round_index + 1), self.client_ids, self.config.round_timeout_s)
-            evaluations = [a for a in answers if isinstance(a, ClientEvaluation)]
+            evaluations = sorted((a for a in answers if isinstance(a, ClientEvaluation)), key=lambda e: e.client_id)
             failures += [a for a in answers if isinstance(a, ClientFailure)]
         finished = time.perf_counter()
         return RoundResult(

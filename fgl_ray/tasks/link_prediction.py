@@ -4,11 +4,16 @@ Each client's undirected edges are split once, seeded by ``(data_seed, client_id
 train/val/test parts by the config's ``split`` fractions; message passing and the positive
 training pairs use the training edges only. Every epoch draws one uniformly random non-edge per
 training edge (from the client's own nodes, never an edge of its whole graph nor a self pair) and
-trains binary cross-entropy on the pair logits. Evaluation scores the held-out edges against as
-many fixed non-edges (drawn once, seeded); the statistics are histograms of the sigmoid scores of
-positives and negatives, which add over clients, and the metric is their ROC-AUC. Pair logits come
+trains binary cross-entropy on the pair logits; the training negatives avoid the training edges
+only (the held-out edges stay unknown to training, as in PyG's ``RandomLinkSplit``). Evaluation
+scores the held-out edges against as many fixed non-edges of the whole client graph (drawn once,
+seeded); the statistics are histograms of the logits over [-40, 40] in 0.01 bins (the sigmoid
+would crowd confident scores into one bin), which add over clients, and the metric is their
+ROC-AUC. A client with too few non-edges gets as many as exist. Pair logits come
 from the model's ``score_links`` when it has one (``mm_gnn``), else from the dot product of the two
-nodes' ``encode`` rows.
+nodes' ``encode`` rows. On a two-view graph whose first view embeds the graph's edges
+(``cora-mm``, ``citeseer-mm``) each client rebuilds that view from its training edges, so the
+held-out edges never shape the features that score them.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
+from fgl_ray.data.datasets import dataset_spec, structural_features
 from fgl_ray.data.splits import client_generator
 from fgl_ray.data.types import ClientGraph
 from fgl_ray.metrics import auc_from_histograms, score_histogram
@@ -36,14 +42,27 @@ class LinkBatch:
     labels: Tensor
 
 
+LOGIT_RANGE = (-40.0, 40.0)
+LOGIT_BINS = 8000
+
+
 def sample_non_edges(edge_index: Tensor, num_nodes: int, count: int, generator: torch.Generator | None) -> Tensor:
-    """``count`` uniformly drawn node pairs ``[2, count]`` that are neither edges nor self pairs."""
+    """Up to ``count`` distinct uniformly drawn node pairs ``[2, m]`` that are neither edges nor self
+    pairs (all of them, shuffled, when fewer exist)."""
     existing = set((edge_index[0] * num_nodes + edge_index[1]).tolist())
-    found: list[int] = []
-    while len(found) < count and num_nodes > 1:
-        draws = torch.randint(num_nodes * num_nodes, (2 * (count - len(found)) + 8,), generator=generator).tolist()
-        found += [p for p in draws if p // num_nodes != p % num_nodes and p not in existing][:count - len(found)]
-    pairs = torch.tensor(found, dtype=torch.long)
+    available = num_nodes * (num_nodes - 1) - len(existing - {i * num_nodes + i for i in range(num_nodes)})
+    if available <= 4 * count:                                 # small or dense: enumerate the complement
+        pairs = torch.tensor([p for p in range(num_nodes * num_nodes)
+                              if p // num_nodes != p % num_nodes and p not in existing], dtype=torch.long)
+        pairs = pairs[torch.randperm(pairs.numel(), generator=generator)][:count]
+    else:
+        found: dict[int, None] = {}
+        while len(found) < count:
+            draws = torch.randint(num_nodes * num_nodes, (2 * (count - len(found)) + 8,), generator=generator)
+            for p in draws.tolist():
+                if p // num_nodes != p % num_nodes and p not in existing and len(found) < count:
+                    found[p] = None
+        pairs = torch.tensor(list(found), dtype=torch.long)
     return torch.stack([pairs // num_nodes, pairs % num_nodes])
 
 
@@ -71,6 +90,11 @@ class LinkPrediction(Task):
         train, val, test = split_edges(data.edge_index, tuple(self.config.resolved_split()), generator)
         data.full_edge_index = data.edge_index
         data.edge_index = torch.cat([train, train.flip(0)], dim=1)
+        width = dataset_spec(self.config.dataset).structure_view
+        if width:   # an embedding of the graph's edges: rebuild it from the training edges alone
+            observed = data.x[:, -2:-1]                     # the first block's availability bit
+            data.x = data.x.clone()
+            data.x[:, :width] = structural_features(data.edge_index, data.num_nodes, width) * observed
         data.train_pos, data.val_pos, data.test_pos = train, val, test
         for name, positives in (("val", val), ("test", test)):
             data[f"{name}_neg"] = sample_non_edges(data.full_edge_index, data.num_nodes, positives.shape[1], generator)
@@ -81,7 +105,7 @@ class LinkPrediction(Task):
         return torch.ones(data.train_pos.shape[1], dtype=torch.long)
 
     def train_batches(self, data: Data) -> Iterable[LinkBatch]:
-        negatives = sample_non_edges(data.full_edge_index.cpu(), data.num_nodes, data.train_pos.shape[1], None)
+        negatives = sample_non_edges(data.edge_index.cpu(), data.num_nodes, data.train_pos.shape[1], None)
         return (self._batch(data, data.train_pos, negatives.to(data.train_pos.device)),)
 
     def representation_batches(self, data: Data) -> Iterable[LinkBatch]:
@@ -118,9 +142,10 @@ class LinkPrediction(Task):
         stats = {}
         for split in EVAL_SPLITS:
             positives, negatives = data[f"{split}_pos"], data[f"{split}_neg"]
-            scores = torch.sigmoid(predict(self._batch(data, positives, negatives))).cpu().numpy()
+            logits = predict(self._batch(data, positives, negatives)).cpu().numpy()
             count = positives.shape[1]
-            stats[split] = {"positive": score_histogram(scores[:count]), "negative": score_histogram(scores[count:])}
+            stats[split] = {name: score_histogram(part, *LOGIT_RANGE, bins=LOGIT_BINS)
+                            for name, part in (("positive", logits[:count]), ("negative", logits[count:]))}
         return stats
 
     def scores(self, stats) -> dict[str, float]:

@@ -12,10 +12,12 @@ synthesised), as at evaluation.
   from additive histograms of the cosines; also over complete nodes only (``auc_complete``),
   since a synthesised modality is built from the node's other one and flatters the score.
 * ``modality-retrieval``: each split node's text queries the split's visual embeddings of the
-  same client (and the reverse), ranked by cosine; the rank of the true partner counts the
-  candidates with a strictly higher score (ties favour the partner). Statistics: hits within
-  the top 1/5/10 and reciprocal ranks per direction, which add over clients; Recall@5 is the mean
-  of both directions.
+  same client (and the reverse), ranked by cosine; the rank of the true partner is its mid-rank
+  (one plus the candidates scoring higher plus half of those tying with it, so identical
+  embeddings, e.g. a whole client's placeholder modality, score at chance, not first).
+  Statistics: hits within the top 1/5/10 and reciprocal ranks per direction, also over complete
+  nodes only (queries and candidates), which add over clients; Recall@K is the mean of both
+  directions.
 """
 
 from __future__ import annotations
@@ -138,20 +140,39 @@ class ModalityRetrieval(CrossModalTask):
     headline = "recall_at_5"
 
     def split_stats(self, visual: Tensor, text: Tensor, partner: Tensor, complete: Tensor) -> Stats:
-        similarity = text @ visual.T                                   # text queries x visual candidates
-        stats: Stats = {"queries": np.array([visual.shape[0]], dtype=np.int64)}
-        for direction, matrix in (("text_to_visual", similarity), ("visual_to_text", similarity.T)):
-            own = matrix.diagonal().unsqueeze(1)
-            ranks = 1 + (matrix > own).sum(dim=1)
-            stats[f"{direction}_hits"] = np.array([int((ranks <= k).sum()) for k in RECALL_AT], dtype=np.int64)
-            stats[f"{direction}_reciprocal"] = np.array([float((1.0 / ranks.double()).sum())])
-        return stats
+        return ranking_stats(visual, text, "") | ranking_stats(visual[complete], text[complete], "_complete")
 
     def scores(self, stats) -> dict[str, float]:
-        queries = float(stats["queries"][0])
-        if queries == 0:
-            return {f"recall_at_{k}": float("nan") for k in RECALL_AT} | {"mrr": float("nan")}
-        directions = ("text_to_visual", "visual_to_text")
-        recall = {f"recall_at_{k}": float(np.mean([stats[f"{d}_hits"][i] for d in directions]) / queries)
-                  for i, k in enumerate(RECALL_AT)}
-        return recall | {"mrr": float(np.mean([stats[f"{d}_reciprocal"][0] for d in directions]) / queries)}
+        return ranking_scores(stats, "") | ranking_scores(stats, "_complete")
+
+
+DIRECTIONS = ("text_to_visual", "visual_to_text")
+
+
+def mid_ranks(similarity: Tensor) -> Tensor:
+    """Each row's mid-rank of its diagonal entry: 1 + higher entries + half of the other ties."""
+    own = similarity.diagonal().unsqueeze(1)
+    ties = (similarity == own).sum(dim=1) - 1
+    return 1 + (similarity > own).sum(dim=1) + 0.5 * ties
+
+
+def ranking_stats(visual: Tensor, text: Tensor, suffix: str) -> Stats:
+    """Hits within the top 1/5/10 and reciprocal-rank sums of both directions, and the query count."""
+    similarity = text @ visual.T                                       # text queries x visual candidates
+    stats: Stats = {f"queries{suffix}": np.array([visual.shape[0]], dtype=np.int64)}
+    for direction, matrix in zip(DIRECTIONS, (similarity, similarity.T)):
+        ranks = mid_ranks(matrix)
+        stats[f"{direction}_hits{suffix}"] = np.array([int((ranks <= k).sum()) for k in RECALL_AT], dtype=np.int64)
+        stats[f"{direction}_reciprocal{suffix}"] = np.array([float((1.0 / ranks.double()).sum())])
+    return stats
+
+
+def ranking_scores(stats, suffix: str) -> dict[str, float]:
+    """``recall_at_K`` and ``mrr`` (with ``suffix``), each the mean of the two directions."""
+    queries = float(stats[f"queries{suffix}"][0])
+    if queries == 0:
+        return {f"recall_at_{k}{suffix}": float("nan") for k in RECALL_AT} | {f"mrr{suffix}": float("nan")}
+    recall = {f"recall_at_{k}{suffix}": float(np.mean([stats[f"{d}_hits{suffix}"][i] for d in DIRECTIONS]) / queries)
+              for i, k in enumerate(RECALL_AT)}
+    return recall | {f"mrr{suffix}": float(np.mean([stats[f"{d}_reciprocal{suffix}"][0] for d in DIRECTIONS])
+                                          / queries)}

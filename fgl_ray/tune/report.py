@@ -54,11 +54,23 @@ def redraw_run(folder: Path) -> tuple[Path, dict]:
     folder = Path(folder)
     metrics = read_metrics(folder)
     summary_path = folder / SUMMARY_NAME
+    manifest = folder / "manifest.json"
+    config = read_json(manifest).get("config", {}) if manifest.is_file() else {}
+    metric = headline_metric(config)
     if summary_path.is_file():
         summary = read_json(summary_path)
     else:
-        manifest = folder / "manifest.json"
-        last_k = int(read_json(manifest).get("config", {}).get("last_k", 20)) if manifest.is_file() else 20
-        summary = summarize(metrics, last_k=last_k)
+        summary = summarize(metrics, last_k=int(config.get("last_k", 20)), selection_metric=metric)
         write_summary(folder, summary)
-    return plot_learning_curves(metrics, folder / "learning_curves.png"), summary
+    return plot_learning_curves(metrics, folder / "learning_curves.png", metric=metric), summary
+
+
+def headline_metric(config: dict) -> str:
+    """The headline metric of the task a run's stored config resolves to (accuracy if it cannot say)."""
+    from fgl_ray.config import ConfigError, load_config
+    from fgl_ray.tasks import build_task
+
+    try:
+        return build_task(load_config(config)).headline
+    except (ConfigError, ValueError):
+        return "accuracy"

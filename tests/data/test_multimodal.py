@@ -159,3 +159,14 @@ def test_two_view_cora_pairs_bag_of_words_with_structure(shared_datasets):
                                              "num_clients": 5}))
     assert data.meta["model_options"] == {"modality_dims": [128, 1433]}
     assert sum(c.data.num_nodes for c in data.clients) == 2708 and data.num_classes == 7
+
+
+def test_an_unlabelled_on_disk_graph_refuses_node_classification_but_serves_the_other_tasks(tmp_path):
+    from fgl_ray.data.partition import PartitionError
+
+    _write_folder(tmp_path, labels=np.full(40, -1))
+    values = {"dataset": "mm:toy", "data_dir": str(tmp_path), "num_clients": 2}
+    with pytest.raises(PartitionError, match="no node labels"):
+        build_federated_data(load_config(values))
+    data = build_federated_data(load_config(values | {"task": "modality-retrieval"}))
+    assert data.num_classes == 1

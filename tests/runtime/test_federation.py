@@ -67,6 +67,20 @@ def test_same_seeds_give_identical_metrics_on_both_backends(request, tiny_config
     assert json.dumps(runs[0].summary, sort_keys=True) == json.dumps(runs[1].summary, sort_keys=True)  # NaN-safe
 
 
+def test_graph_classification_gives_identical_metrics_on_both_backends_and_in_a_fresh_rng(request, tiny_graph_config,
+                                                                                         tiny_graph_data):
+    request.getfixturevalue("ray_session")
+    torch.manual_seed(12345)                    # unshared layers must not take the driver's RNG state
+    runs = [run_experiment(tiny_graph_config(backend=b, run_name=b, algorithm="gcfl"), tiny_graph_data, progress=False)
+            for b in ("local", "ray")]
+    torch.manual_seed(999)
+    again = run_experiment(tiny_graph_config(backend="local", run_name="again", algorithm="gcfl"), tiny_graph_data,
+                           progress=False)
+    local, ray, repeated = (_scores(r.run_dir) for r in (*runs, again))
+    pd.testing.assert_frame_equal(local, ray, check_exact=True)
+    pd.testing.assert_frame_equal(local, repeated, check_exact=True)
+
+
 @pytest.mark.parametrize("backend", ["local", "ray"])
 def test_client_models_hold_the_new_global_weights_after_a_round(request, tiny_config, tiny_data, backend):
     _backend_fixture(request, backend)

@@ -116,3 +116,49 @@ def test_retrieval_recall_by_hand():
 def test_info_nce_is_lowest_for_aligned_views():
     views = torch.randn(16, 8)
     assert info_nce(views, views) < info_nce(views, torch.randn(16, 8))
+
+
+def test_a_constant_embedding_retrieves_at_chance_not_first():
+    task = build_task(load_config({"dataset": "synthetic-mm", "task": "modality-retrieval"}))
+    data = task.prepare(ClientGraph(0, "d", _modal(20)), None, "cpu")
+    text = torch.randn(20, 8)
+    constant = task.scores(task.evaluate(lambda batch: torch.cat([torch.ones(20, 8), text], dim=-1), data, 1)["test"])
+    # text -> visual: all 20 candidates tie (mid-rank 10.5, no hit); visual -> text: the 20 identical
+    # queries rank the 20 texts once, so the partners' ranks are 1..20 (one hit at 1, five within 5)
+    assert constant["recall_at_1"] == pytest.approx((0 + 1 / 20) / 2)
+    assert constant["recall_at_5"] == pytest.approx((0 + 5 / 20) / 2)
+
+
+def test_confident_link_scores_keep_their_auc():
+    from fgl_ray.tasks.link_prediction import LOGIT_BINS, LOGIT_RANGE
+
+    rng = np.random.default_rng(2)
+    pos, neg = rng.normal(12, 3, 3000), rng.normal(6, 4, 3000)          # logits far beyond the sigmoid's range
+    exact = roc_auc_score(np.r_[np.ones(3000), np.zeros(3000)], np.r_[pos, neg])
+    binned = auc_from_histograms(score_histogram(pos, *LOGIT_RANGE, bins=LOGIT_BINS),
+                                 score_histogram(neg, *LOGIT_RANGE, bins=LOGIT_BINS))
+    assert binned == pytest.approx(exact, abs=2e-3)
+
+
+def test_a_dense_client_gets_every_non_edge_it_has_and_never_hangs():
+    triangle = torch.tensor([[0, 1, 1, 2, 2, 0], [1, 0, 2, 1, 0, 2]])
+    assert sample_non_edges(triangle, 3, 5, None).shape == (2, 0)
+    path = torch.tensor([[0, 1], [1, 0]])                               # nodes 0-1 linked, 2 alone: 4 non-edges
+    found = sample_non_edges(path, 3, 10, None)
+    assert found.shape == (2, 4) and len({tuple(p) for p in found.T.tolist()}) == 4
+
+
+def test_link_prediction_rebuilds_a_structural_view_from_training_edges_only(shared_datasets):
+    from fgl_ray.data import build_federated_data
+
+    config = load_config({"dataset": "cora-mm", "task": "link-prediction", "data_dir": str(shared_datasets),
+                          "num_clients": 5})
+    graph = build_federated_data(config).clients[0]
+    task = build_task(config)
+    data = task.prepare(graph, None, "cpu")
+    from fgl_ray.data.datasets import structural_features
+
+    expected = structural_features(data.edge_index, data.num_nodes)          # training edges only
+    torch.testing.assert_close(data.x[:, :128], expected)
+    torch.testing.assert_close(data.x[:, 128:], graph.data.x[:, 128:])       # the text view is untouched
+    assert not torch.allclose(data.x[:, :128], graph.data.x[:, :128])
