@@ -80,7 +80,11 @@ def _run(args: argparse.Namespace) -> int:
     metric = build_task(configs[0]).headline
     print(f"{metric} per domain ({window}):\n{comparison_table(summaries, metric)}")
     print(f"\npooled over all clients ({window}):\n{pooled_table(summaries)}")
-    return 0
+    incomplete = {label: s["coverage"]["problems"] for label, s in summaries.items() if not s["coverage"]["complete"]}
+    for label, problems in incomplete.items():
+        print(f"fgl-ray: run {label} is incomplete ({'; '.join(problems)}): its figures describe a model that was "
+              "hardly trained; see failures.jsonl", file=sys.stderr)
+    return 1 if incomplete else 0
 
 
 def _maybe_ray(config: ExperimentConfig):

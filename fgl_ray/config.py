@@ -89,6 +89,9 @@ class ExperimentConfig(BaseModel):
                              "model), keep = carried over from the client's previous round (OpenFGL)")
     fraction_fit: Fraction = Field(1.0, description="fraction of clients sampled per round, in (0, 1]")
     min_clients: int = Field(1, description="fewest successful updates for a round to aggregate")
+    min_coverage: float = Field(0.9, description="a run is incomplete (non-zero exit) when fewer than this share of "
+                                                 "rounds aggregate, of selected updates arrive, or of clients are "
+                                                 "evaluated at the end")
     round_timeout_s: float = Field(600.0, description="seconds to wait for client updates per round")
     eval_every: int = Field(1, description="evaluate every this many rounds (and the last)")
     evaluate: Literal["global", "local"] = Field(
@@ -131,7 +134,7 @@ class ExperimentConfig(BaseModel):
         return value
 
     @field_validator("dirichlet_alpha", "dropout", "lr", "momentum", "weight_decay", "fraction_fit", "round_timeout_s",
-                     "diagnostics_fraction", mode="after")
+                     "diagnostics_fraction", "min_coverage", mode="after")
     @classmethod
     def _finite(cls, value: float, info) -> float:
         if not math.isfinite(value):
@@ -166,7 +169,7 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"class_group_cuts must satisfy 0 <= head cut <= tail cut <= 1, got {value}")
         return value
 
-    @field_validator("fraction_fit", "diagnostics_fraction")
+    @field_validator("fraction_fit", "diagnostics_fraction", "min_coverage")
     @classmethod
     def _fraction(cls, value: float, info) -> float:
         if not 0.0 < value <= 1.0:

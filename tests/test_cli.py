@@ -84,3 +84,28 @@ def test_a_named_comparison_gives_every_run_its_own_folder(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp-fedavg", "cmp-local"]
     assert cli.main(arguments) == 2                                    # the same names again: refused
     assert "already holds a run's results" in capsys.readouterr().err
+
+
+TINY_RUN = ["run", "--backend", "local", "--rounds", "3", "--no-progress", "--synthetic",
+            "{nodes_per_domain: 60, num_features: 8}", "--hidden", "8", "--algorithm", "fedavg"]
+
+
+def test_more_min_clients_than_clients_is_refused_before_anything_runs(tmp_path, capsys):
+    assert cli.main(TINY_RUN + ["--output-dir", str(tmp_path), "--min-clients", "100"]) == 2
+    assert "min_clients 100 exceeds the 6 clients" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_run_that_loses_most_clients_exits_non_zero_and_says_once_why(tmp_path, capsys):
+    failing = "{0: [0, 1, 2, 3, 4], 1: [0, 1, 2, 3, 4], 2: [0, 1, 2, 3, 4]}"
+    code = cli.main(TINY_RUN + ["--output-dir", str(tmp_path), "--failures", failing, "--min-clients", "2"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "is incomplete" in captured.err and "0 of 3 rounds aggregated" in captured.err
+    assert captured.err.count("aggregated nothing") == 0 and captured.out.count("aggregated nothing") <= 1
+    printed = captured.out + captured.err
+    assert printed.count("failed in train: SimulatedClientFailure") == 1       # said once ...
+    assert "15 failures in train like" in printed                               # ... and counted
+    (run_dir,) = tmp_path.iterdir()
+    summary = __import__("json").loads((run_dir / "summary.json").read_text())
+    assert summary["coverage"]["complete"] is False and summary["coverage"]["rounds_aggregated"] == 0

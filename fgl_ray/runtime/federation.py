@@ -24,6 +24,7 @@ from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_ac
 from fgl_ray.results.plots import cluster_table, plot_cluster_membership
 from fgl_ray.results.references import reference_scores
 from fgl_ray.results.writer import METRICS_DIRNAME
+from fgl_ray.runtime.coverage import Coverage, FailureLog
 from fgl_ray.runtime.records import round_rows
 from fgl_ray.runtime.server import RoundResult
 from fgl_ray.tasks import build_task, pool_stats
@@ -106,6 +107,9 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     """
     data = data or build_federated_data(config)
     config = configured_for(config, data)
+    if config.min_clients > len(data.clients):
+        raise ConfigError(f"min_clients {config.min_clients} exceeds the {len(data.clients)} clients of this "
+                          "federation, so no round could aggregate; lower --min-clients")
     run_id = default_run_id(config)
     run_dir = claim_run_dir(Path(config.output_dir) / run_id, config.overwrite)
     write_manifest(run_dir, config.model_dump(mode="json"), seeds={"seed": config.seed, "data_seed": config.data_seed},
@@ -118,12 +122,17 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     class_order = class_frequency_order(class_counts)
     last_test: np.ndarray | None = None
     test_counts: dict[int, np.ndarray] = {}
+    coverage = Coverage(clients=len(data.clients), min_clients=config.min_clients)
     backend = open_backend(config, data)
     bar = tqdm(range(config.rounds), desc=run_id, unit="round", disable=not progress, leave=True)
     try:
-        with (run_dir / "failures.jsonl").open("a") as failure_log:
+        with (run_dir / "failures.jsonl").open("a") as sink:
+            failure_log = FailureLog(sink, bar.write)
             for round_index in bar:
                 result = backend.run_round(round_index)
+                said = coverage.observe(result)
+                if said:
+                    bar.write(said)
                 rows = round_rows(result, domain_of, task, config.diagnostics_fraction, class_order,
                                   config.class_group_cuts)
                 tested = [e for e in result.evaluations if "confusion" in e.stats.get("test", {})]
@@ -134,15 +143,13 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
                 writer.write(rows)
                 if result.diagnostics:
                     save_diagnostics(run_dir, result)
-                for failure in result.failures:
-                    failure_log.write(json.dumps({"round": round_index, **failure.__dict__}) + "\n")
-                    bar.write(f"round {round_index}: client {failure.client_id} failed in {failure.phase}: {failure.reason}")
-                failure_log.flush()
+                failure_log.record(result)
                 score = _pooled_val(rows, task.headline)
                 if score is not None:
                     bar.set_postfix({f"val_{task.headline}": f"{score:.3f}", "failed": len(result.failures)})
                 if on_round is not None:
                     on_round(result, rows)
+            failure_log.close()
     finally:
         bar.close()
         backend.close()
@@ -150,6 +157,7 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     summary = summarize(metrics, last_k=config.last_k, selection_metric=task.headline)
     if test_counts:
         summary["references"] = reference_scores(test_counts, domain_of)
+    summary["coverage"] = coverage.report(config.min_coverage)
     write_summary(run_dir, summary)
     plot_learning_curves(metrics, run_dir / "learning_curves.png", metric=task.headline)
     if last_test is not None and (data.num_classes >= 3 if class_plot is None else class_plot):
