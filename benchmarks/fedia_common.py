@@ -72,7 +72,7 @@ def save_confusions(run_dir: Path, domains: Sequence[str], domain_of: Mapping[in
         if result.evaluations:
             per_domain = {d: 0 for d in domains}
             for evaluation in result.evaluations:
-                per_domain[domain_of[evaluation.client_id]] += evaluation.confusion["test"]
+                per_domain[domain_of[evaluation.client_id]] += evaluation.stats["test"]["confusion"]
             rounds.append(result.round)
             matrices.append(np.stack([per_domain[d] for d in domains]))
 
