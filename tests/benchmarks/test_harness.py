@@ -1,0 +1,26 @@
+"""The benchmark scripts' own helpers keep up with the library's messages (they run for hours)."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from fgl_ray.messages import ClientEvaluation
+from fgl_ray.runtime.server import RoundResult
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import fedia_common  # noqa: E402
+
+
+def test_the_fedia_benchmark_keeps_per_domain_test_confusions(tmp_path):
+    collect = fedia_common.save_confusions(tmp_path, ["a", "b"], {0: "a", 1: "b", 2: "a"})
+    matrices = {c: np.array([[c + 1, 0], [0, 1]]) for c in range(3)}
+    evaluations = [ClientEvaluation(c, {"test": {"confusion": m}}) for c, m in matrices.items()]
+    collect(RoundResult(round=4, selected=[0, 1, 2], updates={}, evaluations=evaluations, failures=[],
+                        aggregated=True, seconds=0.0), [])
+    collect.write()
+    saved = np.load(tmp_path / "test_confusions.npz")
+    assert saved["rounds"].tolist() == [4]
+    assert np.array_equal(saved["confusions"][0, 0], matrices[0] + matrices[2])
+    assert np.array_equal(saved["confusions"][0, 1], matrices[1])
