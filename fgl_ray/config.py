@@ -24,6 +24,23 @@ class ConfigError(ValueError):
 Fraction = float
 
 
+class Fault(BaseModel):
+    """A simulated fault of some clients in some rounds (all rounds when ``rounds`` is omitted)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["raise", "nan", "scale", "delay"] = Field(
+        description="raise: the client fails; nan: its update is NaN; scale: its update is multiplied by factor; "
+                    "delay: it sleeps seconds before training")
+    clients: list[int] = Field(min_length=1, description="client ids")
+    rounds: Optional[list[int]] = Field(None, description="rounds (0-based); default every round")
+    factor: float = Field(100.0, description="scale: the factor")
+    seconds: float = Field(1.0, ge=0.0, description="delay: the seconds")
+
+    def applies(self, round_index: int, client_id: int) -> bool:
+        return client_id in self.clients and (self.rounds is None or round_index in self.rounds)
+
+
 class ExperimentConfig(BaseModel):
     """One federation: data, model, algorithm, training, runtime and output settings."""
 
@@ -111,6 +128,8 @@ class ExperimentConfig(BaseModel):
                             "clients share: auto = min(1, GPUs / client actors) when the cluster has GPUs, none "
                             "otherwise; or a fixed fraction in (0, 1]; 0 = CPU only")
     failures: dict[int, list[int]] = Field(default_factory=dict, description="simulated faults: round -> client ids that raise")
+    faults: list[Fault] = Field(default_factory=list, description="simulated faults: [{kind: raise|nan|scale|delay, "
+                                                                  "clients: [..], rounds: [..], factor, seconds}]")
 
     # --- output
     output_dir: Path = Field(Path("results"), description="folder that receives one subfolder per run")
@@ -286,6 +305,10 @@ class ExperimentConfig(BaseModel):
         for round_index in self.failures:
             if not 0 <= round_index < self.rounds:
                 raise ValueError(f"failures names round {round_index}, outside 0..{self.rounds - 1}")
+        for fault in self.faults:
+            outside = [r for r in fault.rounds or () if not 0 <= r < self.rounds]
+            if outside:
+                raise ValueError(f"a {fault.kind} fault names rounds {outside}, outside 0..{self.rounds - 1}")
         return self
 
     # ------------------------------------------------------------------ helpers

@@ -63,9 +63,13 @@ class ClientRuntime:
         fresh state (no momentum buffers or Adam moments from the client's previous round), so
         the update depends only on the received model, the data and the seed.
         """
-        if self.client_id in self.config.failures.get(broadcast.round, ()):
-            raise SimulatedClientFailure(f"client {self.client_id} fails in round {broadcast.round} (config.failures)")
+        faults = [f for f in self.config.faults if f.applies(broadcast.round, self.client_id)]
+        if self.client_id in self.config.failures.get(broadcast.round, ()) or any(f.kind == "raise" for f in faults):
+            raise SimulatedClientFailure(f"client {self.client_id} fails in round {broadcast.round} (simulated fault)")
         started = time.perf_counter()
+        for fault in faults:
+            if fault.kind == "delay":
+                time.sleep(fault.seconds)
         torch.manual_seed(derive_seed(self.config.seed, broadcast.round, self.client_id))
         if self.config.optimizer_state == "reset":
             self.ctx.optimizer = build_optimizer(self.config, self.ctx.model)
@@ -75,11 +79,17 @@ class ClientRuntime:
         after = trainable_vector(self.ctx.model)
         metrics["seconds"] = time.perf_counter() - started
         self.trained = True
+        update = ((before - after) / self.config.lr).cpu()
+        for fault in faults:
+            if fault.kind == "scale":
+                update = update * fault.factor
+            elif fault.kind == "nan":
+                update = torch.full_like(update, float("nan"))
         return ClientUpdate(
             client_id=self.client_id,
             model_key=broadcast.model_key(self.client_id),
             num_samples=self.algorithm.num_samples(self.ctx),
-            update=((before - after) / self.config.lr).cpu(),
+            update=update,
             buffers=buffer_vector(self.ctx.model),
             stats={k: v.detach().cpu() for k, v in self.algorithm.upload(self.ctx).items()},
             metrics=metrics,

@@ -107,6 +107,10 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     """
     data = data or build_federated_data(config)
     config = configured_for(config, data)
+    unknown = sorted({c for fault in config.faults for c in fault.clients} - {g.client_id for g in data.clients})
+    if unknown:
+        raise ConfigError(f"faults name clients {unknown}, which this federation does not have (clients 0.."
+                          f"{len(data.clients) - 1})")
     if config.min_clients > len(data.clients):
         raise ConfigError(f"min_clients {config.min_clients} exceeds the {len(data.clients)} clients of this "
                           "federation, so no round could aggregate; lower --min-clients")

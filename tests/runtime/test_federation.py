@@ -225,3 +225,44 @@ def test_a_run_folder_is_never_appended_to_by_another_run(tiny_config, tiny_data
         run_experiment(config, tiny_data, progress=False)
     again = run_experiment(config.with_overrides(overwrite=True, rounds=1), tiny_data, progress=False)
     assert sorted(read_metrics(again.run_dir)["round"].unique()) == [0]     # the old rows are gone
+
+
+def _pooled_test_accuracy(run):
+    return run.summary["all"]["accuracy"]["mean"]
+
+
+def test_robust_aggregators_resist_a_client_that_scales_its_updates(tiny_config, tiny_data):
+    base = dict(backend="local", rounds=15, synthetic={"num_domains": 3, "nodes_per_domain": 90, "num_features": 8,
+                                                        "num_classes": 3}, clients_per_domain=2, last_k=3,
+                split=(0.6, 0.2, 0.2))
+    attack = [{"kind": "scale", "clients": [0], "factor": 100.0}]
+    from fgl_ray.data import build_federated_data
+
+    data = build_federated_data(tiny_config(**base))
+    runs = {name: run_experiment(tiny_config(**base, run_name=name, aggregator=aggregator, faults=faults,
+                                             aggregator_options=options), data, progress=False)
+            for name, aggregator, faults, options in (("clean", "mean", [], {}), ("mean", "mean", attack, {}),
+                                                       ("median", "median", attack, {}),
+                                                       ("trimmed", "trimmed_mean", attack, {"trim": 0.2}))}
+    clean = _pooled_test_accuracy(runs["clean"])
+    assert _pooled_test_accuracy(runs["mean"]) < clean - 0.1                   # the mean drifts away
+    for name in ("median", "trimmed"):
+        assert _pooled_test_accuracy(runs[name]) > clean - 0.05, name
+
+
+def test_a_nan_update_is_rejected_and_recorded_and_a_delay_only_slows(tiny_config, tiny_data):
+    faults = [{"kind": "nan", "clients": [1], "rounds": [0]}, {"kind": "delay", "clients": [2], "seconds": 0.2}]
+    result = run_experiment(tiny_config(backend="local", faults=faults), tiny_data, progress=False)
+    log = (result.run_dir / "failures.jsonl").read_text()
+    assert '"phase": "payload"' in log and "NaN" in log and '"client_id": 1' in log
+    frame = read_metrics(result.run_dir)
+    seconds = frame[(frame.split == "train") & (frame.metric == "seconds") & (frame.client_id == "2")]
+    assert seconds.value.min() >= 0.2
+
+
+def test_a_fault_naming_a_missing_client_is_refused(tiny_config, tiny_data):
+    from fgl_ray.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"faults name clients \[7\]"):
+        run_experiment(tiny_config(backend="local", faults=[{"kind": "raise", "clients": [7]}]), tiny_data,
+                       progress=False)
