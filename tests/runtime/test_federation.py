@@ -234,7 +234,7 @@ def _pooled_test_accuracy(run):
 def test_robust_aggregators_resist_a_client_that_scales_its_updates(tiny_config, tiny_data):
     base = dict(backend="local", rounds=15, synthetic={"num_domains": 3, "nodes_per_domain": 90, "num_features": 8,
                                                         "num_classes": 3}, clients_per_domain=2, last_k=3,
-                split=(0.6, 0.2, 0.2))
+                split=(0.6, 0.2, 0.2), local_epochs=5)
     attack = [{"kind": "scale", "clients": [0], "factor": 100.0}]
     from fgl_ray.data import build_federated_data
 
@@ -246,8 +246,8 @@ def test_robust_aggregators_resist_a_client_that_scales_its_updates(tiny_config,
                                                        ("trimmed", "trimmed_mean", attack, {"trim": 0.2}))}
     clean = _pooled_test_accuracy(runs["clean"])
     assert _pooled_test_accuracy(runs["mean"]) < clean - 0.1                   # the mean drifts away
-    for name in ("median", "trimmed"):
-        assert _pooled_test_accuracy(runs[name]) > clean - 0.05, name
+    for name in ("median", "trimmed"):                                         # the robust rules hold near it
+        assert _pooled_test_accuracy(runs[name]) > max(clean - 0.06, _pooled_test_accuracy(runs["mean"]) + 0.1), name
 
 
 def test_a_nan_update_is_rejected_and_recorded_and_a_delay_only_slows(tiny_config, tiny_data):
