@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedia_common import replace_section  # noqa: E402
+from fedia_common import finished_summary, replace_section  # noqa: E402
 
 from fgl_ray.algorithms.fedepd import FedEPD  # noqa: E402
 from fgl_ray.config import load_config  # noqa: E402
@@ -84,10 +84,10 @@ def run_method(dataset: str, label: str, algorithm: str, options: dict, data, ar
         config = load_config(base_config(dataset, args) | dict(algorithm=algorithm, algorithm_options=options,
                                                                 seed=seed, run_name=name))
         started = time.perf_counter()
-        result = run_experiment(config, data, progress=False)
-        pooled = result.summary["all"]
+        summary = args.reuse and finished_summary(config) or run_experiment(config, data, progress=False).summary
+        pooled = summary["all"]
         scores.append({metric: pooled.get(metric, {}).get("mean") for _, metric in COLUMNS}
-                      | {"run_dir": str(result.run_dir), "references": result.summary.get("references")})
+                      | {"run_dir": str(Path(config.output_dir) / name), "references": summary.get("references")})
         print(f"{dataset} | {label} | seed {seed}: bAcc {pooled['balanced_accuracy']['mean']:.4f} "
               f"F1 {pooled['macro_f1']['mean']:.4f} ({time.perf_counter() - started:.0f} s)", flush=True)
     return scores
@@ -146,6 +146,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=None,
                         help="run only the methods whose label contains one of these strings (e.g. FedEPD FedAvg)")
     parser.add_argument("--skip-ablation", action="store_true")
+    parser.add_argument("--reuse", action="store_true", help="reuse finished runs of the same experiment under --out")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/fedepd"))
     parser.add_argument("--no-write", action="store_true", help="print the tables without touching RESULTS.md")
     parser.add_argument("--results-file", type=Path, default=None,

@@ -27,12 +27,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from fgl_ray.config import load_config
+from fgl_ray.config import ExperimentConfig, load_config
 from fgl_ray.data import build_federated_data
 from fgl_ray.runtime import run_experiment
 from fgl_ray.runtime.ray_backend import ray_session
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
+RUNTIME_FIELDS = {"backend", "torch_threads", "output_dir", "overwrite", "clients_per_actor", "gpus_per_client",
+                  "round_timeout_s", "data_dir"}
 BASES = {"fedavg": "FedAvg", "fedprox": "FedProx"}
 AVG_METRICS = (("AVG bAcc", "balanced_accuracy"), ("AVG F1", "macro_f1"))
 
@@ -61,6 +63,24 @@ def domain_stats(summary: Mapping, domain: str | None, metric: str = "accuracy")
 def best_val_avg(summary: Mapping) -> float | None:
     best = summary.get("best_validation")
     return best["avg_over_domains"].get("accuracy") if best else None
+
+
+def finished_summary(config: ExperimentConfig, *needed: str) -> dict | None:
+    """The summary of a finished run of ``config`` in its run folder (which also holds the files
+    ``needed``), when its manifest records the same experiment: fields that only say where or how
+    fast it runs aside, and fields added since it ran taken at their defaults. None otherwise."""
+    folder = Path(config.output_dir) / config.run_name
+    if not all((folder / name).is_file() for name in ("summary.json", "manifest.json", *needed)):
+        return None
+    recorded = json.loads((folder / "manifest.json").read_text())["config"]
+    for field, value in dict(config).items():
+        if field in RUNTIME_FIELDS:
+            continue
+        before = recorded.get(field, ExperimentConfig.model_fields[field].get_default(call_default_factory=True))
+        if json.loads(json.dumps(before, default=str)) != json.loads(json.dumps(value, default=str)):
+            return None
+    print(f"{config.run_name}: reused {folder}", flush=True)
+    return json.loads((folder / "summary.json").read_text())
 
 
 def save_confusions(run_dir: Path, domains: Sequence[str], domain_of: Mapping[int, str]):
@@ -93,9 +113,6 @@ def run_one(preset: str, algorithm: str, aggregator: str, options: Mapping, seed
     """One federation (or the summary of an identical finished one under ``--out``)."""
     name = run_name(preset, algorithm, aggregator, seed, args)
     folder = args.out / name
-    if args.reuse and (folder / "summary.json").is_file() and (folder / "test_confusions.npz").is_file():
-        print(f"{preset} {name}: reused {folder}", flush=True)
-        return json.loads((folder / "summary.json").read_text())
     values = {"preset": preset, "algorithm": algorithm, "aggregator": aggregator, "aggregator_options": dict(options),
               "rounds": args.rounds, "diagnostics": True, "seed": seed, "backend": args.backend,
               "torch_threads": args.torch_threads, "output_dir": args.out, "run_name": name,
@@ -103,6 +120,8 @@ def run_one(preset: str, algorithm: str, aggregator: str, options: Mapping, seed
     if args.lr is not None:
         values["lr"] = args.lr
     config = load_config(values)
+    if args.reuse and (summary := finished_summary(config, "test_confusions.npz")):
+        return summary
     collector = save_confusions(folder, data.domains, {g.client_id: g.domain for g in data.clients})
     started = time.perf_counter()
     result = run_experiment(config, data, progress=False, on_round=collector)

@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedia_common import replace_section  # noqa: E402
+from fedia_common import finished_summary, replace_section  # noqa: E402
 
 from fgl_ray.config import load_config  # noqa: E402
 from fgl_ray.data import build_federated_data  # noqa: E402
@@ -86,8 +86,8 @@ def run_setting(name: str, values: dict, args) -> dict[str, list[dict]]:
             config = load_config(base | {"algorithm": algorithm, "algorithm_options": options, "seed": seed,
                                          "run_name": f"{name}-{algorithm}-s{seed}"})
             started = time.perf_counter()
-            result = run_experiment(config, data, progress=False)
-            summary = result.summary | {"run_dir": str(result.run_dir)}
+            summary = args.reuse and finished_summary(config) or run_experiment(config, data, progress=False).summary
+            summary = summary | {"run_dir": str(Path(config.output_dir) / config.run_name)}
             results[label].append(summary)
             print(f"{name} | {label} | seed {seed}: final avg acc {summary['final']['avg_over_clients']['accuracy']:.4f}"
                   f" ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -240,6 +240,7 @@ def main() -> None:
     parser.add_argument("--backend", choices=("ray", "local"), default="ray")
     parser.add_argument("--torch-threads", type=int, default=None)
     parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--reuse", action="store_true", help="reuse finished runs of the same experiment under --out")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/gcfl"))
     parser.add_argument("--results-file", type=Path, default=None)
     parser.add_argument("--section-suffix", default="")
