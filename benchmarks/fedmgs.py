@@ -107,7 +107,7 @@ def note(args, what: str) -> str:
 
 def main_part(args) -> None:
     cache: dict = {}
-    tables = [grid_table("synthetic-mm", task, METHODS, RATES, CLIENTS, args, cache) for task in args.tasks]
+    tables = [grid_table("synthetic-mm", task, METHODS, args.rates, args.clients, args, cache) for task in args.tasks]
     body = note(args, "synthetic-mm with its default settings") + "\n".join(tables)
     replace_section("fedmgs-main", body, args.results_file)
     print(body)
@@ -166,6 +166,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("part", choices=("main", "ablation", "two-view", "cost"))
     parser.add_argument("--tasks", nargs="+", default=list(TASK_MISSING), choices=list(TASK_MISSING))
+    parser.add_argument("--rates", nargs="+", type=float, default=list(RATES), help="missing rates (main part)")
+    parser.add_argument("--clients", nargs="+", type=int, default=list(CLIENTS), help="client counts (main part)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--cost-rounds", type=int, default=10)
