@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import yaml
 
-from fgl_ray.config import ConfigError, ExperimentConfig, load_config
+from fgl_ray.config import ConfigError, ExperimentConfig, load_config, yaml_problem
 from fgl_ray.data.partition import PartitionError
+from fgl_ray.data.types import DatasetUnavailable
 
 #: What ``fgl-ray run`` compares when no algorithm is named.
 DEFAULT_COMPARISON = ("fedavg", "local")
@@ -22,22 +23,43 @@ def _flag(field: str) -> str:
 
 def _parse_value(text: str) -> Any:
     """YAML scalars, lists and mappings: ``3``, ``0.5``, ``[10,1,1]``, ``{mu: 0.01}``."""
-    return yaml.safe_load(text)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as problem:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid YAML: {yaml_problem(problem)}") from None
+
+
+def _is_text(annotation: Any) -> bool:
+    """Whether a field holds only words or paths (``str``, ``Path``, a Literal of words, Optional of
+    those), which the flag takes as typed: ``--run-name 001`` stays ``"001"``, ``off`` stays ``"off"``."""
+    if annotation in (str, Path):
+        return True
+    args = [a for a in getattr(annotation, "__args__", ()) if a is not type(None)]
+    if getattr(annotation, "__origin__", None) is Literal:
+        return all(isinstance(a, str) for a in args)
+    return bool(args) and all(_is_text(a) for a in args)
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="YAML file of config fields (flags override it)")
     for name, field in ExperimentConfig.model_fields.items():
-        parser.add_argument(_flag(name), dest=name, type=_parse_value, default=argparse.SUPPRESS,
-                            help=field.description)
+        parser.add_argument(_flag(name), dest=name, type=str if _is_text(field.annotation) else _parse_value,
+                            default=argparse.SUPPRESS, help=(field.description or "").replace("%", "%%"))
 
 
 def _config_values(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in ExperimentConfig.model_fields if hasattr(args, name)}
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors in one line with a pointer to ``--help``, not the whole usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fgl-ray", description="Federated graph learning simulations on Ray.")
+    parser = _Parser(prog="fgl-ray", description="Federated graph learning simulations on Ray.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run a federation (no arguments: FedAvg vs local on synthetic data)")
@@ -58,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     from fgl_ray.data import build_federated_data
     from fgl_ray.results import comparison_table, pooled_table
     from fgl_ray.runtime import run_experiment
+    from fgl_ray.runtime.federation import check_fits
     from fgl_ray.tasks import build_task
 
     values = _config_values(args)
@@ -66,7 +89,10 @@ def _run(args: argparse.Namespace) -> int:
     configs = [load_config(values | {"algorithm": name} | ({"run_name": f"{named}-{name}"} if named and
                                                            len(algorithms) > 1 else {}), yaml_path=args.config)
                for name in algorithms]
+    _refuse_missing_gpus(configs[0])
     data = build_federated_data(configs[0])
+    for config in configs:
+        check_fits(config, data)
     print(f"{configs[0].dataset}: {len(data.clients)} clients over domains {', '.join(data.domains)}; "
           f"{data.num_features} features, {data.num_classes} classes", flush=True)
     summaries = {}
@@ -85,6 +111,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"fgl-ray: run {label} is incomplete ({'; '.join(problems)}): its figures describe a model that was "
               "hardly trained; see failures.jsonl", file=sys.stderr)
     return 1 if incomplete else 0
+
+
+def _refuse_missing_gpus(config: ExperimentConfig) -> None:
+    import torch
+
+    from fgl_ray.runtime.resources import local_gpu_problem
+
+    if problem := local_gpu_problem(config, torch.cuda.device_count()):
+        raise ConfigError(problem)
 
 
 def _maybe_ray(config: ExperimentConfig):
@@ -150,7 +185,10 @@ def _set_values(items: Sequence[str]) -> dict[str, Any]:
         name, sep, text = item.partition("=")
         if not sep or not name.strip():
             raise ConfigError(f"--set expects FIELD=VALUE, got {item!r}")
-        values[name.strip()] = _parse_value(text)
+        try:
+            values[name.strip()] = _parse_value(text)
+        except argparse.ArgumentTypeError as problem:
+            raise ConfigError(f"--set {item}: {problem}") from None
     return values
 
 
@@ -214,13 +252,30 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     handlers = {"run": _run, "datasets": _datasets, "list": _list, "tune": _tune, "report": _report}
     try:
         return handlers[args.command](args)
-    except (ConfigError, PartitionError) as error:
-        print(f"fgl-ray: {error}", file=sys.stderr)
+    except (ConfigError, PartitionError, DatasetUnavailable) as error:
+        print(f"fgl-ray: {_with_flags(str(error), argv)}", file=sys.stderr)
         return 2
+
+
+def _with_flags(message: str, argv: Sequence[str]) -> str:
+    """A config error's ``  field: ...`` lines name the flag and the value as typed, when a flag set it."""
+    typed = {}
+    for index, token in enumerate(argv):
+        flag, sep, value = token.partition("=")
+        if flag.startswith("--"):
+            typed[flag] = value if sep else (argv[index + 1] if index + 1 < len(argv) else "")
+    lines = message.split("\n")
+    for index, line in enumerate(lines):
+        field, sep, rest = line.strip().partition(": ")
+        flag = _flag(field.split(".")[0])
+        if sep and line.startswith("  ") and flag in typed:
+            lines[index] = f"  {flag} {typed[flag]}: {rest}"
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

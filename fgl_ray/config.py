@@ -144,6 +144,15 @@ class ExperimentConfig(BaseModel):
         return apply_task_defaults(apply_preset(values)) if isinstance(values, dict) else values
 
     # ------------------------------------------------------------------ field checks
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info) -> Any:
+        """YAML reads an unquoted yes/no/on/off as a boolean, which pydantic would take as 1 or 0."""
+        if isinstance(value, bool) and _is_numeric(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"{info.field_name} must be a number, got {value!r} (YAML reads yes, no, on and off "
+                             "as booleans)")
+        return value
+
     @field_validator("num_clients", "clients_per_domain", "rounds", "local_epochs", "eval_every", "last_k",
                      "hidden", "num_layers", "feature_dim", "min_clients", "batch_size")
     @classmethod
@@ -214,6 +223,26 @@ class ExperimentConfig(BaseModel):
     def _optional_positive(cls, value: Optional[int], info) -> Optional[int]:
         if value is not None and value < 1:
             raise ValueError(f"{info.field_name} must be >= 1 or unset, got {value}")
+        return value
+
+    @field_validator("sparse_features", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value: Any) -> Any:
+        """YAML reads an unquoted ``on`` / ``off`` as a boolean; take it as the word it was."""
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+    @field_validator("output_dir")
+    @classmethod
+    def _writable_output(cls, value: Path) -> Path:
+        existing = value
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            where = "is a file" if existing == value else f"lies under the file {str(existing)!r}"
+            raise ValueError(f"output_dir {str(value)!r} {where}; choose a folder")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"output_dir {str(value)!r} is not writable ({str(existing)!r} refuses new files); "
+                             "choose a folder you can write to")
         return value
 
     @field_validator("gpus_per_client", mode="before")
@@ -386,6 +415,11 @@ def _check_task(config: ExperimentConfig, spec) -> None:
                              f"{kind}s for {task}: {', '.join(others)}")
 
 
+def _is_numeric(annotation: Any) -> bool:
+    """Whether a field's type is a number (int, float, or an Optional / Union holding one)."""
+    return annotation in (int, float) or any(arg in (int, float) for arg in getattr(annotation, "__args__", ()))
+
+
 def check_options(field: str, owner: str, options: type[BaseModel], values: dict[str, Any]) -> None:
     """Validates ``values`` against ``options``.
 
@@ -419,6 +453,8 @@ def validation_lines(error: ValidationError, root: str, unknown: Callable[[tuple
 def _check_data_dir(path: Path, explicit: bool) -> None:
     if explicit and not path.exists():
         raise ValueError(f"data_dir {str(path)!r} does not exist; pass an existing folder to --data-dir or FGL_DATA_DIR")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"data_dir {str(path)!r} is a file; pass the folder that holds the datasets")
     if path.exists() and not os.access(path, os.R_OK | os.X_OK):
         raise ValueError(f"data_dir {str(path)!r} is not readable; fix its permissions or choose another folder")
 
@@ -430,12 +466,24 @@ def read_yaml_mapping(path: str | Path, label: str, error: type[ConfigError] = C
         ``error``: the file is missing or does not hold a mapping; ``label`` names it.
     """
     path = Path(path)
+    if path.is_dir():
+        raise error(f"{label} {str(path)!r} is a folder; give the YAML file itself")
     if not path.is_file():
         raise error(f"{label} {str(path)!r} does not exist")
-    loaded = yaml.safe_load(path.read_text()) or {}
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as problem:
+        raise error(f"{label} {str(path)!r} is not valid YAML: {yaml_problem(problem)}") from None
     if not isinstance(loaded, dict):
         raise error(f"{label} {str(path)!r} must hold a mapping of field: value")
     return loaded
+
+
+def yaml_problem(problem: yaml.YAMLError) -> str:
+    """A YAML parser error in one line: what is wrong and where (line and column, 1-based)."""
+    mark = getattr(problem, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{getattr(problem, 'problem', None) or problem}{where}"
 
 
 def load_config(values: dict[str, Any] | None = None, yaml_path: str | Path | None = None) -> ExperimentConfig:

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from torch_geometric.data import Data
 
-from fgl_ray.data.datasets import DATASETS, SYNTHETIC, SYNTHETIC_GRAPHS, SYNTHETIC_MM, available_offline, dataset_spec
+from fgl_ray.data.datasets import (DATASETS, SYNTHETIC, SYNTHETIC_GRAPHS, SYNTHETIC_MM, available_offline, dataset_spec,
+                                   load_spec)
 from fgl_ray.data.features import align_features, shared_svd_features
 from fgl_ray.data.graphsets import graph_federation
 from fgl_ray.data.missing import apply_missing
@@ -122,7 +123,7 @@ def load_domains(config: ExperimentConfig) -> list[DomainGraph]:
         return generate_domains(SyntheticOptions(**config.synthetic), config.data_seed)
     if config.dataset == SYNTHETIC_MM:
         return generate_multimodal(MultimodalOptions(**config.synthetic), config.data_seed)
-    return dataset_spec(config.dataset).load(config.resolved_data_dir(), resolve_cache_dir())
+    return load_spec(dataset_spec(config.dataset), config.resolved_data_dir(), resolve_cache_dir())
 
 
 def dataset_domains(config: ExperimentConfig) -> list[str]:
@@ -149,7 +150,7 @@ def load_graph_dataset(name: str, root: Path, cache_dir: Path | None = None,
         raise ValueError(f"dataset {name!r} is a node-classification set; graph datasets: {graph_sets}")
     if name == SYNTHETIC_GRAPHS:
         return {SYNTHETIC_GRAPHS: generate_graphs(data_seed)}
-    return spec.load(Path(root), cache_dir or resolve_cache_dir())
+    return load_spec(spec, Path(root), cache_dir or resolve_cache_dir())
 
 
 def _partition_settings(config: ExperimentConfig, num_domains: int) -> tuple[str, PartitionParams]:

@@ -36,7 +36,7 @@ from fgl_ray.data.graphsets import one_hot_degree
 from fgl_ray.data.multimodal import MODALITIES, MultimodalOptions, generate_multimodal, pack, two_view
 from fgl_ray.data.storage import writable_root
 from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains, generate_graphs
-from fgl_ray.data.types import DatasetSpec, DomainGraph
+from fgl_ray.data.types import DatasetSpec, DatasetUnavailable, DomainGraph
 from fgl_ray.registry import Registry, UnknownNameError
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -72,6 +72,36 @@ EMAIL_FEATURES = 128
 def available_offline(spec: DatasetSpec, root: Path) -> bool:
     """Whether ``spec`` can load from ``root`` without downloading anything."""
     return not spec.needs_files or all((Path(root) / name).is_file() for name in spec.files)
+
+
+def load_spec(spec: DatasetSpec, root: Path, cache_dir: Path):
+    """``spec.load(root, cache_dir)``, with a failure said in one line: files missing from a
+    read-only root, a download that failed (no network), or files present but unreadable.
+
+    Raises:
+        DatasetUnavailable: naming the dataset, the root and the fix; the cause is chained.
+    """
+    offline = available_offline(spec, root)
+    try:
+        return spec.load(root, cache_dir)
+    except FileNotFoundError as error:
+        raise DatasetUnavailable(str(error)) from error
+    except OSError as error:
+        if offline:
+            raise DatasetUnavailable(f"reading dataset {spec.name!r} from {root} failed ({error}); check the "
+                                     "files and their permissions") from error
+        raise DatasetUnavailable(
+            f"dataset {spec.name!r} is not under {root} and fetching it failed ({type(error).__name__}: {error}); "
+            "put its files there (`fgl-ray datasets --data-dir DIR` shows what is offline) or check the network"
+        ) from error
+    except Exception as error:  # a parser's own error type, re-raised with the files it could not read
+        if not offline:
+            raise
+        raise DatasetUnavailable(
+            f"reading dataset {spec.name!r} from {root} failed ({type(error).__name__}: {error}); its files "
+            f"({', '.join(spec.files)}) may be corrupt or truncated: restore them, and delete any copy of them "
+            f"under {cache_dir}"
+        ) from error
 
 
 def clean_graph(x: Tensor, edge_index: Tensor, y: Tensor) -> Data:

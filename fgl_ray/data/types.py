@@ -17,6 +17,10 @@ KIND_TASKS: dict[str, tuple[str, ...]] = {"node": ("node-classification",), "gra
 MULTIMODAL_TASKS = ("node-classification", "link-prediction", "modality-matching", "modality-retrieval")
 
 
+class DatasetUnavailable(RuntimeError):
+    """A dataset that can be neither read nor fetched; the message names the files and the fix."""
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
     """What the registry knows about a dataset without loading it.

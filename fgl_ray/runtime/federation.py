@@ -39,6 +39,21 @@ class RunResult:
     summary: dict[str, Any]
 
 
+def check_fits(config: ExperimentConfig, data: FederatedGraphData) -> None:
+    """Refuses settings that name more or other clients than ``data`` has (before anything runs).
+
+    Raises:
+        ConfigError: a fault names a missing client; ``min_clients`` exceeds the clients.
+    """
+    unknown = sorted({c for fault in config.faults for c in fault.clients} - {g.client_id for g in data.clients})
+    if unknown:
+        raise ConfigError(f"faults name clients {unknown}, which this federation does not have (clients 0.."
+                          f"{len(data.clients) - 1})")
+    if config.min_clients > len(data.clients):
+        raise ConfigError(f"min_clients {config.min_clients} exceeds the {len(data.clients)} clients of this "
+                          "federation, so no round could aggregate; lower --min-clients")
+
+
 def configured_for(config: ExperimentConfig, data: FederatedGraphData) -> ExperimentConfig:
     """``config`` with the model options the data dictates (a multimodal graph's modality widths)
     that its backbone accepts; options the config sets itself win."""
@@ -107,13 +122,7 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     """
     data = data or build_federated_data(config)
     config = configured_for(config, data)
-    unknown = sorted({c for fault in config.faults for c in fault.clients} - {g.client_id for g in data.clients})
-    if unknown:
-        raise ConfigError(f"faults name clients {unknown}, which this federation does not have (clients 0.."
-                          f"{len(data.clients) - 1})")
-    if config.min_clients > len(data.clients):
-        raise ConfigError(f"min_clients {config.min_clients} exceeds the {len(data.clients)} clients of this "
-                          "federation, so no round could aggregate; lower --min-clients")
+    check_fits(config, data)
     run_id = default_run_id(config)
     run_dir = claim_run_dir(Path(config.output_dir) / run_id, config.overwrite)
     write_manifest(run_dir, config.model_dump(mode="json"), seeds={"seed": config.seed, "data_seed": config.data_seed},

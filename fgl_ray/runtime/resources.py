@@ -14,10 +14,11 @@ ray-project/ray#54928, default flipped by #62492), so they would see every GPU o
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from fgl_ray.config import ExperimentConfig
+from fgl_ray.config import ConfigError, ExperimentConfig
 
 #: The server actor mostly waits on clients; it still reserves a sliver so it fits a bundle.
 SERVER_CPUS = 0.01
@@ -114,6 +115,19 @@ def _describe(cpus: float, gpus: float) -> str:
     return f"{cpus:g} CPUs and {gpus:g} GPUs"
 
 
+def local_gpu_problem(config: ExperimentConfig, visible_gpus: int) -> str | None:
+    """Why a fixed GPU share cannot run on the Ray session this process would start itself (one with
+    ``visible_gpus`` GPUs), before any Ray process starts; None when it can, or when Ray joins an
+    existing cluster (``RAY_ADDRESS``), whose GPUs only the cluster knows."""
+    share = config.gpus_per_client
+    if config.backend != "ray" or share == "auto" or float(share) == 0 or visible_gpus > 0 \
+            or os.environ.get("RAY_ADDRESS"):
+        return None
+    return (f"gpus_per_client={float(share):g} asks for a GPU share per client actor, but this machine has no "
+            "GPU, so the actors would wait forever; use --gpus-per-client auto or 0 to train on CPUs, or set "
+            "RAY_ADDRESS to a cluster with GPU nodes")
+
+
 def plan_resources(config: ExperimentConfig, sizes: Mapping[int, int], cluster: Mapping[str, float],
                    nodes: Sequence[Mapping[str, float]] | None = None) -> ResourcePlan:
     """Plans client actors for a cluster with ``cluster`` resources (``ray.cluster_resources()``).
@@ -138,7 +152,7 @@ def plan_resources(config: ExperimentConfig, sizes: Mapping[int, int], cluster: 
     fixed = None if setting == "auto" else float(setting)
     use_gpus = gpus > 0 if fixed is None else fixed > 0
     if use_gpus and gpus <= 0:
-        raise ValueError(
+        raise ConfigError(
             f"gpus_per_client={fixed:g} asks Ray for a GPU share per client actor, but the Ray cluster has "
             f"{_describe(cpus, gpus)}: the actors would wait forever. Set gpus_per_client to auto or 0 to "
             "train on CPUs, or start Ray on GPU nodes (ray start --num-gpus=N, or cluster.yaml's GPU workers)")

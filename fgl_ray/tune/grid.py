@@ -39,7 +39,8 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fgl_ray.config import ConfigError, ExperimentConfig, load_config, read_yaml_mapping, validation_lines
+from fgl_ray.config import (ConfigError, ExperimentConfig, load_config, read_yaml_mapping, validation_lines,
+                            yaml_problem)
 
 #: Fields the grid runner sets for every trial (each trial writes ``<grid>/runs/<point id>``).
 MANAGED_FIELDS = ("output_dir", "run_name")
@@ -274,7 +275,10 @@ def load_grid(path: str | Path, set_values: Mapping[str, Any] | None = None, lim
     path = Path(path)
     if not path.is_file():
         raise GridError(f"grid file {str(path)!r} does not exist")
-    document = yaml.safe_load(path.read_text())
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as problem:
+        raise GridError(f"grid file {str(path)!r} is not valid YAML: {yaml_problem(problem)}") from None
     if not isinstance(document, dict):
         raise GridError(f"grid file {str(path)!r} must hold a mapping with at least base and axes")
     return build_grid(document, name=path.stem, root=path.parent, set_values=set_values, limit=limit,
@@ -291,6 +295,9 @@ def build_grid(document: Mapping[str, Any], name: str = "grid", root: Path | Non
         raise GridError(_describe_file_error(error)) from None
     if limit is not None and limit < 1:
         raise GridError(f"limit must be >= 1, got {limit}")
+    if spec.base_config is None and not spec.base:
+        raise GridError("the grid has no base (nor base_config): name the federation its axes vary, e.g. "
+                        "base: {dataset: twitch, aggregator: fedia, rounds: 50}")
     base = _base_values(spec, root)
     for key, value in (set_values or {}).items():
         _set_path(base, key, value, "override")

@@ -281,7 +281,10 @@ def run_grid(grid: Grid, resume: bool = False, verbose: int = 1, time_budget_s: 
     tune_dir = folder / TUNE_DIRNAME
     notes = list(grid.notes)
     restorable = tune.Tuner.can_restore(str(tune_dir))
-    if resume and (folder / GRID_JSON).is_file():
+    if resume and not (folder / GRID_JSON).is_file():
+        raise GridError(f"{folder} holds no grid to resume (no {GRID_JSON}); run without --resume to start the grid "
+                        "there, or pass the --output folder of the grid you want to continue")
+    if resume:
         _check_resume(grid, folder)
     if resume and not restorable:
         notes.append(f"nothing to resume in {tune_dir}; starting the grid")

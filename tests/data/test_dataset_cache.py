@@ -64,3 +64,46 @@ def test_missing_folder_in_read_only_root_is_a_clear_error(read_only_root, tmp_p
 def test_cache_dir_follows_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("FGL_CACHE_DIR", str(tmp_path / "c"))
     assert resolve_cache_dir() == tmp_path / "c"
+
+
+def _spec(load, files=("Some/raw/file.bin",)):
+    from fgl_ray.data.types import DatasetSpec
+
+    return DatasetSpec(name="some", task="node", domains=("some",), default_split=(0.6, 0.2, 0.2), load=load,
+                       files=files)
+
+
+def test_a_download_that_fails_is_one_clear_error(tmp_path):
+    from fgl_ray.data.datasets import load_spec
+    from fgl_ray.data.types import DatasetUnavailable
+
+    def offline_download(root, cache_dir):
+        raise ConnectionError("Cannot connect to host github.com:443")
+
+    with pytest.raises(DatasetUnavailable, match=r"'some' is not under .* and fetching it failed \(ConnectionError"):
+        load_spec(_spec(offline_download), tmp_path, tmp_path / "cache")
+
+
+def test_unreadable_files_are_named_as_possibly_corrupt(tmp_path):
+    from fgl_ray.data.datasets import load_spec
+    from fgl_ray.data.types import DatasetUnavailable
+
+    (tmp_path / "Some" / "raw").mkdir(parents=True)
+    (tmp_path / "Some" / "raw" / "file.bin").write_bytes(b"\x00truncated")
+
+    def parse(root, cache_dir):
+        raise ValueError("cannot reshape array of size 3")
+
+    with pytest.raises(DatasetUnavailable, match=r"Some/raw/file.bin\) may be corrupt or truncated") as error:
+        load_spec(_spec(parse), tmp_path, tmp_path / "cache")
+    assert isinstance(error.value.__cause__, ValueError)
+
+
+def test_a_loader_bug_on_missing_files_is_not_disguised(tmp_path):
+    from fgl_ray.data.datasets import load_spec
+
+    def broken(root, cache_dir):
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):
+        load_spec(_spec(broken), tmp_path, tmp_path / "cache")

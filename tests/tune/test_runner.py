@@ -181,3 +181,12 @@ def test_report_redraws_a_single_run(smoke_run, tmp_path, capsys):
     assert cli.main(["report", str(run)]) == 0
     assert (run / "learning_curves.png").stat().st_size > 0 and (run / SUMMARY_NAME).is_file()
     assert "AVG" in capsys.readouterr().out
+
+
+def test_resume_into_a_folder_without_a_grid_is_refused(tmp_path):
+    from fgl_ray.tune.grid import GridError
+    from fgl_ray.tune.runner import run_grid
+
+    with pytest.raises(GridError, match="holds no grid to resume"):
+        run_grid(load_grid(SMOKE, output_dir=tmp_path / "elsewhere"), resume=True, verbose=0)
+    assert not (tmp_path / "elsewhere").exists() or not any((tmp_path / "elsewhere").iterdir())
