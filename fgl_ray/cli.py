@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -101,15 +102,24 @@ def _run(args: argparse.Namespace) -> int:
             result = run_experiment(config, data, progress=not args.no_progress)
             summaries[f"{config.algorithm}+{config.aggregator}"] = result.summary
             print(f"results: {result.run_dir}", flush=True)
+            if result.summary["coverage"].get("interrupted"):
+                break
     evaluated = len(next(iter(summaries.values()))["rounds"])
     window = f"test, mean ± std over the last {evaluated} evaluated rounds"
     metric = build_task(configs[0]).headline
     print(f"{metric} per domain ({window}):\n{comparison_table(summaries, metric)}")
     print(f"\npooled over all clients ({window}):\n{pooled_table(summaries)}")
-    incomplete = {label: s["coverage"]["problems"] for label, s in summaries.items() if not s["coverage"]["complete"]}
-    for label, problems in incomplete.items():
-        print(f"fgl-ray: run {label} is incomplete ({'; '.join(problems)}): its figures describe a model that was "
-              "hardly trained; see failures.jsonl", file=sys.stderr)
+    incomplete = {label: s["coverage"] for label, s in summaries.items() if not s["coverage"]["complete"]}
+    for label, coverage in incomplete.items():
+        because = "; ".join(coverage["problems"])
+        if coverage.get("interrupted"):
+            print(f"fgl-ray: run {label} is incomplete ({because}): its summary and plots cover the finished "
+                  "rounds", file=sys.stderr)
+        else:
+            print(f"fgl-ray: run {label} is incomplete ({because}): its figures describe a model that was hardly "
+                  "trained; see failures.jsonl", file=sys.stderr)
+    if any(coverage.get("interrupted") for coverage in incomplete.values()):
+        return 130
     return 1 if incomplete else 0
 
 
@@ -255,8 +265,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     handlers = {"run": _run, "datasets": _datasets, "list": _list, "tune": _tune, "report": _report}
+    from fgl_ray.runtime.ray_backend import interrupt_on_sigterm
+
+    signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:
         return handlers[args.command](args)
+    except KeyboardInterrupt:
+        print("fgl-ray: interrupted before a round finished; nothing to summarise", file=sys.stderr)
+        return 130
     except (ConfigError, PartitionError, DatasetUnavailable) as error:
         print(f"fgl-ray: {_with_flags(str(error), argv)}", file=sys.stderr)
         return 2

@@ -52,8 +52,9 @@ class Coverage:
                     f"{self.min_clients}; the model stays as it was (said once, counted in the summary)")
         return None
 
-    def report(self, min_coverage: float) -> dict:
-        """The summary's ``coverage`` entry: counts, shares, ``complete`` and the ``problems`` found."""
+    def report(self, min_coverage: float, planned_rounds: int | None = None) -> dict:
+        """The summary's ``coverage`` entry: counts, shares, ``complete`` and the ``problems`` found
+        (a run stopped before its ``planned_rounds`` is ``interrupted``, hence incomplete)."""
         aggregated_share = self.aggregated / self.rounds if self.rounds else 0.0
         trained_share = self.trained / self.selected if self.selected else 0.0
         evaluated_share = (self.evaluated_last or 0) / self.clients if self.clients else 0.0
@@ -64,10 +65,14 @@ class Coverage:
             problems.append(f"{self.trained} of {self.selected} selected client updates arrived")
         if evaluated_share < min_coverage:
             problems.append(f"the last evaluation covered {self.evaluated_last or 0} of {self.clients} clients")
+        interrupted = planned_rounds is not None and self.rounds < planned_rounds
+        if interrupted:
+            problems.append(f"interrupted after {self.rounds} of {planned_rounds} rounds")
         return {"rounds": self.rounds, "rounds_aggregated": self.aggregated, "rounds_without_aggregation":
                 self.empty_rounds, "client_updates": self.trained, "clients_selected": self.selected,
                 "failures": self.failures, "clients": self.clients, "clients_evaluated_last": self.evaluated_last,
-                "min_coverage": min_coverage, "complete": not problems, "problems": problems}
+                "min_coverage": min_coverage, "interrupted": interrupted, "complete": not problems,
+                "problems": problems}
 
 
 class FailureLog:

@@ -142,7 +142,14 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
         with (run_dir / "failures.jsonl").open("a") as sink:
             failure_log = FailureLog(sink, bar.write)
             for round_index in bar:
-                result = backend.run_round(round_index)
+                try:
+                    result = backend.run_round(round_index)
+                except KeyboardInterrupt:   # Ctrl-C or SIGTERM: keep the rounds that finished
+                    if round_index == 0:
+                        raise
+                    bar.write(f"interrupted in round {round_index}; summarising the {round_index} rounds that "
+                              "finished")
+                    break
                 said = coverage.observe(result)
                 if said:
                     bar.write(said)
@@ -170,7 +177,7 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     summary = summarize(metrics, last_k=config.last_k, selection_metric=task.headline)
     if test_counts:
         summary["references"] = reference_scores(test_counts, domain_of)
-    summary["coverage"] = coverage.report(config.min_coverage)
+    summary["coverage"] = coverage.report(config.min_coverage, planned_rounds=config.rounds)
     write_summary(run_dir, summary)
     plot_learning_curves(metrics, run_dir / "learning_curves.png", metric=task.headline)
     if last_test is not None and (data.num_classes >= 3 if class_plot is None else class_plot):

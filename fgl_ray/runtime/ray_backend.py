@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import signal
+import threading
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import ray
@@ -65,6 +67,11 @@ def _check_plan(plan: ResourcePlan, client_ids: Sequence[int]) -> ResourcePlan:
     return plan
 
 
+def interrupt_on_sigterm(signum, frame) -> None:
+    """SIGTERM ends a run as Ctrl-C does: the finished rounds are summarised, the run marked incomplete."""
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def ray_session(num_cpus: int | None = None, address: str | None = None) -> Iterator[None]:
     """Uses the running Ray session, or starts one and always shuts it down afterwards."""
@@ -75,10 +82,15 @@ def ray_session(num_cpus: int | None = None, address: str | None = None) -> Iter
         os.environ.setdefault(key, value)
     ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
              configure_logging=False)
+    previous = None
+    if threading.current_thread() is threading.main_thread():   # Ray's own handler dumps and kills
+        previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:
         yield
     finally:
         ray.shutdown()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 class RayClientPool:

@@ -23,6 +23,16 @@ def test_a_failed_final_evaluation_makes_the_run_incomplete():
     assert report["problems"] == ["the last evaluation covered 0 of 4 clients"]
 
 
+def test_a_run_stopped_before_its_planned_rounds_is_interrupted_and_incomplete():
+    coverage = Coverage(clients=4, min_clients=1)
+    for index in range(3):
+        coverage.observe(_round(index, [0, 1, 2, 3], [0, 1, 2, 3], []))
+    assert coverage.report(0.9, planned_rounds=3)["complete"]
+    report = coverage.report(0.9, planned_rounds=10)
+    assert report["interrupted"] and not report["complete"]
+    assert report["problems"] == ["interrupted after 3 of 10 rounds"]
+
+
 def test_the_first_round_without_aggregation_is_said_once():
     coverage = Coverage(clients=4, min_clients=3)
     lines = [coverage.observe(_round(r, [0], [0, 1, 2, 3], [], aggregated=False)) for r in range(3)]
