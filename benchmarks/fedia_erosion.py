@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--figure", type=Path, default=None)
     parser.add_argument("--results-file", type=Path, default=None)
     args = parser.parse_args()
-    args.figure = args.figure or Path(f"benchmarks/figures/fedia_erosion_s1_{args.features}.png")
+    args.figure = args.figure or args.out / f"fedia_erosion_s1_{args.features}.png"
     ensure_runs(args)
     frames, summaries = {}, {}
     for state in ("keep", "reset"):
