@@ -21,7 +21,7 @@ class ServerActor:
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         self.actors = [
-            ClientActor.options(**plan.client_options()).remote(
+            ClientActor.options(**plan.client_options(), max_restarts=config.actor_restarts, max_task_retries=0).remote(
                 config, [graph_refs[c] for c in hosted], num_features, num_classes, plan.threads_per_actor)
             for hosted in plan.assignment
         ]

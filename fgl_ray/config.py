@@ -29,9 +29,9 @@ class Fault(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["raise", "nan", "scale", "delay"] = Field(
+    kind: Literal["raise", "nan", "scale", "delay", "kill"] = Field(
         description="raise: the client fails; nan: its update is NaN; scale: its update is multiplied by factor; "
-                    "delay: it sleeps seconds before training")
+                    "delay: it sleeps seconds before training; kill: its client actor's process exits (Ray backend)")
     clients: list[int] = Field(min_length=1, description="client ids")
     rounds: Optional[list[int]] = Field(None, description="rounds (0-based); default every round")
     factor: float = Field(100.0, description="scale: the factor")
@@ -127,9 +127,12 @@ class ExperimentConfig(BaseModel):
         "auto", description="GPU share (Ray num_gpus) of each client actor, which its clients_per_actor virtual "
                             "clients share: auto = min(1, GPUs / client actors) when the cluster has GPUs, none "
                             "otherwise; or a fixed fraction in (0, 1]; 0 = CPU only")
+    actor_restarts: int = Field(3, description="times Ray restarts a client actor whose process died; its clients "
+                                               "are rebuilt from their partitions, with fresh algorithm state")
     failures: dict[int, list[int]] = Field(default_factory=dict, description="simulated faults: round -> client ids that raise")
-    faults: list[Fault] = Field(default_factory=list, description="simulated faults: [{kind: raise|nan|scale|delay, "
-                                                                  "clients: [..], rounds: [..], factor, seconds}]")
+    faults: list[Fault] = Field(default_factory=list,
+                                description="simulated faults: [{kind: raise|nan|scale|delay|kill, "
+                                            "clients: [..], rounds: [..], factor, seconds}]")
 
     # --- output
     output_dir: Path = Field(Path("results"), description="folder that receives one subfolder per run")
@@ -174,6 +177,13 @@ class ExperimentConfig(BaseModel):
     def _momentum(cls, value: float) -> float:
         if not 0.0 <= value < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {value}; e.g. 0.9 (0 disables it)")
+        return value
+
+    @field_validator("actor_restarts")
+    @classmethod
+    def _restarts(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"actor_restarts must be >= 0, got {value} (0: a dead client actor stays dead)")
         return value
 
     @field_validator("weight_decay")
@@ -335,6 +345,9 @@ class ExperimentConfig(BaseModel):
             if not 0 <= round_index < self.rounds:
                 raise ValueError(f"failures names round {round_index}, outside 0..{self.rounds - 1}")
         for fault in self.faults:
+            if fault.kind == "kill" and self.backend != "ray":
+                raise ValueError("a kill fault ends a client actor's process, so it needs backend 'ray' (the local "
+                                 "backend runs every client in this process)")
             outside = [r for r in fault.rounds or () if not 0 <= r < self.rounds]
             if outside:
                 raise ValueError(f"a {fault.kind} fault names rounds {outside}, outside 0..{self.rounds - 1}")

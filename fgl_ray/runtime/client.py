@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -70,6 +71,8 @@ class ClientRuntime:
         for fault in faults:
             if fault.kind == "delay":
                 time.sleep(fault.seconds)
+            elif fault.kind == "kill":   # the client actor's process ends (validated: Ray backend only)
+                os._exit(1)
         torch.manual_seed(derive_seed(self.config.seed, broadcast.round, self.client_id))
         if self.config.optimizer_state == "reset":
             self.ctx.optimizer = build_optimizer(self.config, self.ctx.model)

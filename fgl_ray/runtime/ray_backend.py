@@ -14,6 +14,7 @@ import contextvars
 import os
 import signal
 import threading
+import time
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import ray
@@ -100,30 +101,51 @@ class RayClientPool:
     def __init__(self, actors: Sequence[ray.actor.ActorHandle], assignment: Sequence[Sequence[int]]) -> None:
         self.actor_of = {cid: actor for actor, hosted in zip(actors, assignment) for cid in hosted}
         self._last: tuple[Broadcast | None, ray.ObjectRef | None] = (None, None)
+        self.restarting: set[ray.actor.ActorHandle] = set()
 
     def _ref(self, broadcast: Broadcast) -> ray.ObjectRef:
         if self._last[0] is not broadcast:
             self._last = (broadcast, ray.put(broadcast))
         return self._last[1]
 
+    def _await_restarts(self, timeout_s: float) -> None:
+        """Waits, at most ``timeout_s``, for the actors that died in an earlier call while Ray restarts
+        them (their clients rebuilt from the partition refs); one out of restarts stays failed."""
+        deadline = time.monotonic() + timeout_s
+        for actor in list(self.restarting):
+            while True:
+                try:
+                    ray.get(actor.device.remote(), timeout=max(0.1, deadline - time.monotonic()))
+                    break
+                except ray.exceptions.ActorDiedError:
+                    break
+                except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+                    if time.monotonic() >= deadline:
+                        return
+                    time.sleep(0.2)
+            self.restarting.discard(actor)
+
     def _call(self, method: str, broadcast: Broadcast, client_ids: Sequence[int], timeout_s: float) -> list:
+        self._await_restarts(timeout_s)
         ref = self._ref(broadcast)
         hosted: dict[ray.actor.ActorHandle, list[int]] = {}
         for cid in client_ids:
             hosted.setdefault(self.actor_of[cid], []).append(cid)
-        futures = {actor.run.remote(method, ref, ids): ids for actor, ids in hosted.items()}
+        futures = {actor.run.remote(method, ref, ids): (actor, ids) for actor, ids in hosted.items()}
         ready, pending = ray.wait(list(futures), num_returns=len(futures), timeout=timeout_s)
         answers = []
         for future in ready:
+            actor, ids = futures[future]
             try:
                 answers += ray.get(future)
             except ray.exceptions.RayTaskError as error:  # the actor's call itself failed: all its clients
-                answers += [ClientFailure(cid, method, describe_error(error.cause or error)) for cid in futures[future]]
-            except ray.exceptions.RayError as error:
-                answers += [ClientFailure(cid, method, describe_error(error)) for cid in futures[future]]
+                answers += [ClientFailure(cid, method, describe_error(error.cause or error)) for cid in ids]
+            except ray.exceptions.RayError as error:      # the actor's process died (Ray may restart it)
+                self.restarting.add(actor)
+                answers += [ClientFailure(cid, method, describe_error(error)) for cid in ids]
         for future in pending:
             ray.cancel(future)
-            answers += [ClientFailure(cid, method, f"timed out after {timeout_s:g} s") for cid in futures[future]]
+            answers += [ClientFailure(cid, method, f"timed out after {timeout_s:g} s") for cid in futures[future][1]]
         return answers
 
     def train(self, broadcast, client_ids, timeout_s):

@@ -266,3 +266,34 @@ def test_a_fault_naming_a_missing_client_is_refused(tiny_config, tiny_data):
     with pytest.raises(ConfigError, match=r"faults name clients \[7\]"):
         run_experiment(tiny_config(backend="local", faults=[{"kind": "raise", "clients": [7]}]), tiny_data,
                        progress=False)
+
+
+def _trained_clients(run_dir):
+    frame = read_metrics(run_dir)
+    train = frame[(frame.split == "train") & (frame.metric == "seconds")]
+    return {int(r): sorted(int(c) for c in clients) for r, clients in train.groupby("round").client_id}
+
+
+@pytest.mark.parametrize("restarts", [3, 0])
+def test_a_killed_client_actor_is_restarted_and_its_clients_return(request, tiny_config, tiny_data, restarts):
+    request.getfixturevalue("ray_session")
+    kill = [{"kind": "kill", "clients": [0], "rounds": [1]}]
+    result = run_experiment(tiny_config(backend="ray", rounds=4, faults=kill, clients_per_actor=1,
+                                        actor_restarts=restarts), tiny_data, progress=False)
+    trained = _trained_clients(result.run_dir)
+    assert trained[0] == [0, 1, 2] and trained[1] == [1, 2]
+    log = [json.loads(line) for line in (result.run_dir / "failures.jsonl").read_text().splitlines()]
+    assert {(f["round"], f["client_id"], f["phase"]) for f in log} >= {(1, 0, "train")}
+    if restarts:
+        assert trained[2] == trained[3] == [0, 1, 2]                         # rebuilt from its partition
+        assert result.summary["coverage"]["complete"]
+    else:
+        assert trained[2] == trained[3] == [1, 2]                            # dead for good, and said so
+        assert not result.summary["coverage"]["complete"]
+
+
+def test_a_kill_fault_needs_the_ray_backend(tiny_config):
+    from fgl_ray.config import ConfigError
+
+    with pytest.raises(ConfigError, match="kill fault ends a client actor's process, so it needs backend 'ray'"):
+        tiny_config(backend="local", faults=[{"kind": "kill", "clients": [0]}])
