@@ -110,6 +110,10 @@ class ExperimentConfig(BaseModel):
                                                  "rounds aggregate, of selected updates arrive, or of clients are "
                                                  "evaluated at the end")
     round_timeout_s: float = Field(600.0, description="seconds to wait for client updates per round")
+    clip_norm: Optional[float] = Field(None, description="clip every client update to this L2 norm before "
+                                                         "aggregation (DP-FedAvg); default no clipping")
+    noise_multiplier: float = Field(0.0, description="Gaussian noise on each aggregate: std = noise_multiplier x "
+                                                     "clip_norm x the largest client weight (needs clip_norm)")
     eval_every: int = Field(1, description="evaluate every this many rounds (and the last)")
     evaluate: Literal["global", "local"] = Field(
         "global", description="score the model each client would use now (global: the aggregated one) or each "
@@ -165,7 +169,7 @@ class ExperimentConfig(BaseModel):
         return value
 
     @field_validator("dirichlet_alpha", "dropout", "lr", "momentum", "weight_decay", "fraction_fit", "round_timeout_s",
-                     "diagnostics_fraction", "min_coverage", mode="after")
+                     "diagnostics_fraction", "min_coverage", "noise_multiplier", mode="after")
     @classmethod
     def _finite(cls, value: float, info) -> float:
         if not math.isfinite(value):
@@ -226,6 +230,20 @@ class ExperimentConfig(BaseModel):
     def _positive(cls, value: float, info) -> float:
         if value <= 0:
             raise ValueError(f"{info.field_name} must be > 0, got {value}")
+        return value
+
+    @field_validator("clip_norm")
+    @classmethod
+    def _clip(cls, value: Optional[float]) -> Optional[float]:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"clip_norm must be a finite number > 0 or unset, got {value}")
+        return value
+
+    @field_validator("noise_multiplier")
+    @classmethod
+    def _noise(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"noise_multiplier must be >= 0, got {value} (0: no noise)")
         return value
 
     @field_validator("clients_per_actor", "torch_threads", "max_graphs")
@@ -344,6 +362,8 @@ class ExperimentConfig(BaseModel):
         for round_index in self.failures:
             if not 0 <= round_index < self.rounds:
                 raise ValueError(f"failures names round {round_index}, outside 0..{self.rounds - 1}")
+        if self.noise_multiplier > 0 and self.clip_norm is None:
+            raise ValueError("noise_multiplier scales the noise by clip_norm, which is unset; give --clip-norm too")
         for fault in self.faults:
             if fault.kind == "kill" and self.backend != "ray":
                 raise ValueError("a kill fault ends a client actor's process, so it needs backend 'ray' (the local "

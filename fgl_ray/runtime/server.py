@@ -7,7 +7,7 @@ backend); only the :class:`ClientPool` that reaches the clients differs.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -15,6 +15,7 @@ import torch
 
 from fgl_ray.aggregators import build_aggregator
 from fgl_ray.aggregators.base import sample_weights
+from fgl_ray.aggregators.privacy import aggregate_noise, clip_update
 from fgl_ray.algorithms import build_algorithm
 from fgl_ray.config import ExperimentConfig
 from fgl_ray.diagnostics import active_share, cosine_to_aggregate, jaccard_overlap, pairwise_cosine
@@ -143,6 +144,9 @@ class ServerRuntime:
             except (PayloadError, KeyError) as error:
                 failures.append(ClientFailure(answer.client_id, "payload", str(error)))
                 continue
+            if self.config.clip_norm is not None:
+                clipped, scaled = clip_update(answer.update, self.config.clip_norm)
+                answer = replace(answer, update=clipped, metrics=answer.metrics | {"clipped": float(scaled)})
             updates.append(answer)
         updates.sort(key=lambda u: u.client_id)
         return updates, failures
@@ -157,9 +161,14 @@ class ServerRuntime:
             current = self.models[key]
             params = self.aggregator.aggregate(current.params, torch.stack([u.update for u in group]), counts,
                                                [u.client_id for u in group], self.config.lr)
-            if self.aggregator.last_weights is not None:
-                self.aggregation_weights |= {u.client_id: float(w)
-                                             for u, w in zip(group, self.aggregator.last_weights)}
+            weights = self.aggregator.last_weights
+            if weights is not None:
+                self.aggregation_weights |= {u.client_id: float(w) for u, w in zip(group, weights)}
+            if self.config.noise_multiplier > 0:
+                largest = float(torch.as_tensor(weights if weights is not None else sample_weights(counts)).max())
+                std = self.config.noise_multiplier * self.config.clip_norm * largest
+                seed = derive_seed(self.config.seed, -3, self.round_index, sorted(self.models).index(key))
+                params = params - self.config.lr * aggregate_noise(params.numel(), std, seed, params.dtype)
             buffers = current.buffers
             if buffers.numel():
                 buffers = (sample_weights(counts).to(buffers.dtype) @ torch.stack([u.buffers for u in group]))
