@@ -84,6 +84,8 @@ def load_spec(spec: DatasetSpec, root: Path, cache_dir: Path):
     offline = available_offline(spec, root)
     try:
         return spec.load(root, cache_dir)
+    except DatasetUnavailable:
+        raise
     except FileNotFoundError as error:
         raise DatasetUnavailable(str(error)) from error
     except OSError as error:
@@ -197,22 +199,23 @@ def _load_multimodal_folder(folder_name: str, root: Path, cache_dir: Path) -> li
     folder = Path(root) / MULTIMODAL_ROOT / folder_name
     missing = [name for name in MULTIMODAL_FILES if not (folder / name).is_file()]
     if missing:
-        raise ValueError(f"multimodal graph folder {str(folder)!r} lacks {', '.join(missing)} "
+        raise DatasetUnavailable(f"multimodal graph folder {str(folder)!r} lacks {', '.join(missing)} "
                          f"(it needs {', '.join(MULTIMODAL_FILES)})")
     nodes, edges = pd.read_csv(folder / "nodes.csv"), pd.read_csv(folder / "edges.csv")
     n = len(nodes)
     if sorted(nodes["node"]) != list(range(n)):
-        raise ValueError(f"{folder / 'nodes.csv'}: column 'node' must hold 0..{n - 1} once each")
+        raise DatasetUnavailable(f"{folder / 'nodes.csv'}: column 'node' must hold 0..{n - 1} once each")
     views = [np.load(folder / f"{name}.npy") for name in MODALITIES]
     for name, view in zip(MODALITIES, views):
         if view.ndim != 2 or view.shape[0] != n:
-            raise ValueError(f"{folder / (name + '.npy')}: expected one row per node ({n}), got shape {view.shape}")
+            raise DatasetUnavailable(f"{folder / (name + '.npy')}: expected one row per node ({n}), got shape "
+                                     f"{view.shape}")
     ids = edges[["src", "dst"]].to_numpy().T
     if ids.size and (ids.min() < 0 or ids.max() >= n):
-        raise ValueError(f"{folder / 'edges.csv'}: node ids outside 0..{n - 1}")
+        raise DatasetUnavailable(f"{folder / 'edges.csv'}: node ids outside 0..{n - 1}")
     labels = nodes.sort_values("node")["label"].to_numpy()
     if (labels < 0).any() and not (labels < 0).all():
-        raise ValueError(f"{folder / 'nodes.csv'}: give every node a label, or none (all -1: unlabelled)")
+        raise DatasetUnavailable(f"{folder / 'nodes.csv'}: give every node a label, or none (all -1: unlabelled)")
     y = torch.from_numpy(np.clip(labels, 0, None)).long()
     x = pack(torch.from_numpy(views[0]), torch.from_numpy(views[1]))
     graph = clean_graph(x, torch.from_numpy(ids).long().reshape(2, -1), y)

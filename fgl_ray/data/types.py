@@ -17,8 +17,9 @@ KIND_TASKS: dict[str, tuple[str, ...]] = {"node": ("node-classification",), "gra
 MULTIMODAL_TASKS = ("node-classification", "link-prediction", "modality-matching", "modality-retrieval")
 
 
-class DatasetUnavailable(RuntimeError):
-    """A dataset that can be neither read nor fetched; the message names the files and the fix."""
+class DatasetUnavailable(ValueError):
+    """A dataset that can be neither read nor fetched, or whose files are invalid; the message names
+    the files and the fix."""
 
 
 @dataclass(frozen=True)
