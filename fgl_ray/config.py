@@ -22,6 +22,9 @@ class ConfigError(ValueError):
 
 
 Fraction = float
+#: Fields that must be >= 0, with the hint their error gives.
+NON_NEGATIVE = {"weight_decay": "e.g. 1e-5 (0 disables it)", "actor_restarts": "0: a dead client actor stays dead",
+                "noise_multiplier": "0: no noise"}
 
 
 class Fault(BaseModel):
@@ -183,18 +186,11 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"momentum must be in [0, 1), got {value}; e.g. 0.9 (0 disables it)")
         return value
 
-    @field_validator("actor_restarts")
+    @field_validator(*NON_NEGATIVE)
     @classmethod
-    def _restarts(cls, value: int) -> int:
+    def _non_negative(cls, value: float, info) -> float:
         if value < 0:
-            raise ValueError(f"actor_restarts must be >= 0, got {value} (0: a dead client actor stays dead)")
-        return value
-
-    @field_validator("weight_decay")
-    @classmethod
-    def _weight_decay(cls, value: float) -> float:
-        if value < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {value}; e.g. 1e-5 (0 disables it)")
+            raise ValueError(f"{info.field_name} must be >= 0, got {value}; {NON_NEGATIVE[info.field_name]}")
         return value
 
     @field_validator("imbalance_ratio")
@@ -237,13 +233,6 @@ class ExperimentConfig(BaseModel):
     def _clip(cls, value: Optional[float]) -> Optional[float]:
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ValueError(f"clip_norm must be a finite number > 0 or unset, got {value}")
-        return value
-
-    @field_validator("noise_multiplier")
-    @classmethod
-    def _noise(cls, value: float) -> float:
-        if value < 0:
-            raise ValueError(f"noise_multiplier must be >= 0, got {value} (0: no noise)")
         return value
 
     @field_validator("clients_per_actor", "torch_threads", "max_graphs")
