@@ -35,7 +35,7 @@ directly. Readings of the paper's open details: ``fgl_ray/models/multimodal.py``
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Literal, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -86,6 +86,9 @@ class FedMGS(Algorithm):
         lambda_rec: float = Field(0.05, ge=0.0, description="weight of the reconstruction loss on complete nodes")
         lambda_proto: float = Field(0.3, ge=0.0, description="weight of the prototype alignment loss")
         temperature: Optional[float] = Field(None, gt=0.0, description="of prototype similarities; default sqrt(d)")
+        query: Literal["label", "predicted"] = Field(
+            "label", description="the synthesis query of labelled training nodes: their one-hot label (Eq. 4 as "
+                                 "read) or, like every other node, the softmax of prototype similarities")
         availability_gate: bool = Field(True, description="ablation switch: availability-aware encoding")
         prototype_synthesis: bool = Field(True, description="ablation switch: prototype-guided synthesis")
         reliability_fusion: bool = Field(True, description="ablation switch: reliability-calibrated fusion")
@@ -108,7 +111,8 @@ class FedMGS(Algorithm):
         mask, y = ctx.task.labelled(batch)
         labels = torch.where(mask, y, torch.full_like(y, -1))
         options = self.options
-        parts = ctx.model.forward_parts(x, edge_index, self.prototypes(ctx), labels, gate=options.availability_gate,
+        queries = labels if options.query == "label" else None
+        parts = ctx.model.forward_parts(x, edge_index, self.prototypes(ctx), queries, gate=options.availability_gate,
                                         synthesis=options.prototype_synthesis, fusion=options.reliability_fusion,
                                         temperature=self.tau())
         return parts, labels

@@ -171,3 +171,25 @@ def test_prototypes_exist_after_a_round_and_the_ablation_sends_none(tmp_path):
 def test_fedmgs_refuses_another_backbone():
     with pytest.raises(ValueError, match="needs the model mm_gnn"):
         load_config({"dataset": "synthetic-mm", "algorithm": "fedmgs", "model": "gcn"})
+
+
+@pytest.mark.parametrize(("query", "label_matters"), [("label", True), ("predicted", False)])
+def test_the_query_option_decides_whether_a_training_label_enters_the_synthesis(query, label_matters):
+    values = {"dataset": "synthetic-mm", "algorithm": "fedmgs", "num_clients": 3, "hidden": 16, "local_epochs": 1,
+              "missing": "node:0.5", "backend": "local", "torch_threads": 1, "synthetic": {"num_nodes": 240},
+              "algorithm_options": {"query": query}}
+    from fgl_ray.runtime import open_backend
+
+    backend = open_backend(load_config(values), build_federated_data(load_config(values)))
+    backend.run_round(0)
+    client = backend.pool.clients[0]
+    client.algorithm.receive(client.ctx, backend.server.broadcast(1))
+    client.ctx.model.eval()
+    batch = client.ctx.data.clone()
+    missing = batch.train_mask & ~(batch.x[:, -2:] > 0.5).all(dim=1)
+    assert missing.any()
+    with torch.no_grad():
+        before = client.algorithm.parts(client.ctx, batch)[0]["readout"][missing]
+        batch.y = (batch.y + 1) % int(batch.y.max() + 1)
+        after = client.algorithm.parts(client.ctx, batch)[0]["readout"][missing]
+    assert (not torch.allclose(before, after)) == label_matters
