@@ -10,11 +10,13 @@ of a group such as ``tu-molecules``).
 
 from __future__ import annotations
 
-from functools import partial
-from pathlib import Path
-
+import contextlib
+import fcntl
 import io
 import zipfile
+from functools import partial
+from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -74,6 +76,21 @@ def available_offline(spec: DatasetSpec, root: Path) -> bool:
     return not spec.needs_files or all((Path(root) / name).is_file() for name in spec.files)
 
 
+@contextlib.contextmanager
+def processing_lock(cache_dir: Path, name: str) -> Iterator[None]:
+    """An exclusive lock per dataset (a ``flock`` on ``<cache_dir>/.locks/<name>.lock``) held while
+    PyG downloads or processes it, so that concurrent runs and Tune trials never race on one
+    ``processed/`` file: the first processes, the others then read its result."""
+    folder = Path(cache_dir).expanduser() / ".locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{name.replace('/', '_').replace(':', '_')}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def load_spec(spec: DatasetSpec, root: Path, cache_dir: Path):
     """``spec.load(root, cache_dir)``, with a failure said in one line: files missing from a
     read-only root, a download that failed (no network), or files present but unreadable.
@@ -83,7 +100,8 @@ def load_spec(spec: DatasetSpec, root: Path, cache_dir: Path):
     """
     offline = available_offline(spec, root)
     try:
-        return spec.load(root, cache_dir)
+        with processing_lock(cache_dir, spec.name):
+            return spec.load(root, cache_dir)
     except DatasetUnavailable:
         raise
     except FileNotFoundError as error:

@@ -107,3 +107,21 @@ def test_a_loader_bug_on_missing_files_is_not_disguised(tmp_path):
 
     with pytest.raises(KeyError):
         load_spec(_spec(broken), tmp_path, tmp_path / "cache")
+
+
+def test_a_second_load_of_the_same_dataset_waits_for_the_first(tmp_path):
+    import threading
+    import time
+
+    from fgl_ray.data.datasets import load_spec, processing_lock
+
+    finished = []
+    spec = _spec(lambda root, cache_dir: finished.append(time.monotonic()), files=())
+    with processing_lock(tmp_path / "cache", "some"):
+        worker = threading.Thread(target=load_spec, args=(spec, tmp_path, tmp_path / "cache"))
+        worker.start()
+        time.sleep(0.5)
+        assert not finished                                             # blocked while another holds it
+        released = time.monotonic()
+    worker.join(timeout=10)
+    assert finished and finished[0] >= released
