@@ -60,6 +60,7 @@ TWO_VIEW_TASKS = ("node-classification", "link-prediction")
 def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, options: dict, model_options: dict,
         seed: int, args, data_cache: dict) -> float:
     """One federation's pooled test headline metric, last-20 mean."""
+    model_options = model_options | ({"readout_context": args.readout_context} if args.readout_context else {})
     values = {"dataset": dataset, "task": task, "missing": f"{TASK_MISSING[task]}:{rate}", "num_clients": clients,
               "algorithm": algorithm, "algorithm_options": options, "model_options": model_options, "seed": seed,
               "rounds": args.rounds, "backend": "local", "torch_threads": args.torch_threads,
@@ -170,6 +171,8 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASK_MISSING), choices=list(TASK_MISSING))
     parser.add_argument("--rates", nargs="+", type=float, default=list(RATES), help="missing rates (main part)")
     parser.add_argument("--clients", nargs="+", type=int, default=list(CLIENTS), help="client counts (main part)")
+    parser.add_argument("--readout-context", choices=("none", "graph"), default=None,
+                        help="mm_gnn's readout_context for every method (default: the model's, none)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--cost-rounds", type=int, default=10)
