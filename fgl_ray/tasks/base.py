@@ -141,6 +141,32 @@ class Task:
         return self.scores(stats)
 
 
+class FullGraphTask(Task):
+    """A node-level task whose batch is the client's whole graph: ``model.encode(x, edge_index)``,
+    the training nodes labelled."""
+
+    dataset_kind = "node"
+
+    def train_labels(self, data: Any) -> Tensor:
+        return data.y[data.train_mask]
+
+    def train_batches(self, data: Any) -> Iterable[Any]:
+        return (data,)
+
+    def representation_batches(self, data: Any) -> Iterable[Any]:
+        return (data,)
+
+    def node_inputs(self, batch: Any) -> tuple[Tensor, Tensor]:
+        """The node features and message-passing edges of a batch."""
+        return batch.x, batch.edge_index
+
+    def encode(self, model: nn.Module, batch: Any) -> Tensor:
+        return model.encode(*self.node_inputs(batch))
+
+    def labelled(self, batch: Any) -> tuple[Tensor, Tensor]:
+        return batch.train_mask, batch.y
+
+
 def build_task(config: "ExperimentConfig") -> Task:
     """The task the config resolves to (its own, or the dataset's)."""
     return TASKS.get(config.resolved_task())(config)

@@ -22,7 +22,7 @@ synthesised), as at evaluation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ from torch_geometric.data import Data
 from fgl_ray.data.splits import client_generator
 from fgl_ray.data.types import ClientGraph
 from fgl_ray.metrics import auc_from_histograms, score_histogram
-from fgl_ray.tasks.base import EVAL_SPLITS, TASKS, Stats, Task
+from fgl_ray.tasks.base import EVAL_SPLITS, TASKS, FullGraphTask, Stats
 
 TEMPERATURE = 0.07
 RECALL_AT = (1, 5, 10)
@@ -59,10 +59,8 @@ def info_nce(visual: Tensor, text: Tensor, temperature: float = TEMPERATURE) -> 
     return (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
 
 
-class CrossModalTask(Task):
+class CrossModalTask(FullGraphTask):
     """Full-batch training on the client's graph with the InfoNCE of its training nodes."""
-
-    dataset_kind = "node"
 
     def prepare(self, graph: ClientGraph, model: nn.Module, device) -> Data:
         data = graph.data.clone()
@@ -71,28 +69,9 @@ class CrossModalTask(Task):
             data[f"{split}_partner"] = derangement(int(data[f"{split}_mask"].sum()), generator)
         return data.to(device)
 
-    def train_labels(self, data: Data) -> Tensor:
-        return data.y[data.train_mask]
-
-    def train_batches(self, data: Data) -> Iterable[Data]:
-        return (data,)
-
-    def representation_batches(self, data: Data) -> Iterable[Data]:
-        return (data,)
-
-    def node_inputs(self, batch: Data) -> tuple[Tensor, Tensor]:
-        """The node features and message-passing edges of a batch."""
-        return batch.x, batch.edge_index
-
-    def encode(self, model: nn.Module, batch: Data) -> Tensor:
-        return model.encode(*self.node_inputs(batch))
-
     def classify(self, model: nn.Module, z: Tensor, batch: Data) -> Tensor:
         """``[e_v | e_t]``: the two modality embeddings side by side (the task's "outputs")."""
         return torch.cat(model.modality_views(z), dim=-1)
-
-    def labelled(self, batch: Data) -> tuple[Tensor, Tensor]:
-        return batch.train_mask, batch.y
 
     def loss(self, logits: Tensor, batch: Data) -> Tensor:
         visual, text = logits[batch.train_mask].chunk(2, dim=-1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
@@ -11,7 +10,7 @@ from torch_geometric.data import Data
 
 from fgl_ray.data.types import ClientGraph
 from fgl_ray.models.base import quiet_sparse_warnings
-from fgl_ray.tasks.base import TASKS
+from fgl_ray.tasks.base import TASKS, FullGraphTask
 from fgl_ray.tasks.classification import ClassificationTask
 
 if TYPE_CHECKING:
@@ -35,40 +34,20 @@ def client_features(config: "ExperimentConfig", model: nn.Module, x: Tensor) -> 
 
 
 @TASKS.register("node-classification")
-class NodeClassification(ClassificationTask):
+class NodeClassification(ClassificationTask, FullGraphTask):
     """The client's graph is the batch: ``model.encode(x, edge_index)``, cross-entropy on ``train_mask``."""
 
     name = "node-classification"
-    dataset_kind = "node"
 
     def prepare(self, graph: ClientGraph, model: nn.Module, device) -> Data:
         data = copy.copy(graph.data).to(device)  # shallow: never alter the caller's partition
         data.x = client_features(self.config, model, data.x)
         return data
 
-    def train_labels(self, data: Data) -> Tensor:
-        return data.y[data.train_mask]
-
-    def train_batches(self, data: Data) -> Iterable[Data]:
-        return (data,)
-
-    def representation_batches(self, data: Data) -> Iterable[Data]:
-        return (data,)
-
     def split_batches(self, data: Data, split: str):
         return ((data, getattr(data, f"{split}_mask")),)
 
-    def node_inputs(self, batch: Data) -> tuple[Tensor, Tensor]:
-        """The node features and message-passing edges of a batch."""
-        return batch.x, batch.edge_index
-
-    def encode(self, model: nn.Module, batch: Data) -> Tensor:
-        return model.encode(*self.node_inputs(batch))
-
     def classify(self, model: nn.Module, z: Tensor, batch: Data) -> Tensor:
         return model.classify(z, batch.edge_index)
-
-    def labelled(self, batch: Data) -> tuple[Tensor, Tensor]:
-        return batch.train_mask, batch.y
 
 
