@@ -65,22 +65,31 @@ def best_val_avg(summary: Mapping) -> float | None:
     return best["avg_over_domains"].get("accuracy") if best else None
 
 
+DATA_MODEL_OPTIONS = {"modality_dims"}  # model options a run takes from its data (recorded, never asked for)
+
+
 def finished_summary(config: ExperimentConfig, *needed: str) -> dict | None:
     """The summary of a finished run of ``config`` in its run folder (which also holds the files
     ``needed``), when its manifest records the same experiment: fields that only say where or how
-    fast it runs aside, and fields added since it ran taken at their defaults. None otherwise."""
+    fast it runs aside, and fields added since it ran taken at their defaults; None otherwise, and
+    for a run that did not complete."""
     folder = Path(config.output_dir) / config.run_name
     if not all((folder / name).is_file() for name in ("summary.json", "manifest.json", *needed)):
         return None
     recorded = json.loads((folder / "manifest.json").read_text())["config"]
+    recorded["model_options"] = {k: v for k, v in recorded.get("model_options", {}).items()
+                                 if k not in DATA_MODEL_OPTIONS or k in config.model_options}
     for field, value in dict(config).items():
         if field in RUNTIME_FIELDS:
             continue
         before = recorded.get(field, ExperimentConfig.model_fields[field].get_default(call_default_factory=True))
         if json.loads(json.dumps(before, default=str)) != json.loads(json.dumps(value, default=str)):
             return None
+    summary = json.loads((folder / "summary.json").read_text())
+    if not summary.get("coverage", {}).get("complete", True):
+        return None
     print(f"{config.run_name}: reused {folder}", flush=True)
-    return json.loads((folder / "summary.json").read_text())
+    return summary
 
 
 def save_confusions(run_dir: Path, domains: Sequence[str], domain_of: Mapping[int, str]):
