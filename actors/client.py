@@ -84,6 +84,15 @@ class ClientActor:
         """Each hosted client's current model weights."""
         return {client_id: client.weights() for client_id, client in self.clients.items()}
 
+    def states(self) -> dict[int, bytes]:
+        """Each hosted client's persistent state, for a checkpoint."""
+        return {client_id: client.state_bytes() for client_id, client in self.clients.items()}
+
+    def restore(self, states: dict[int, bytes]) -> None:
+        """Loads checkpointed states into the hosted clients they name."""
+        for client_id, blob in states.items():
+            self.clients[client_id].load_state_bytes(blob)
+
     def client_state(self, client_id: int, key: str):
         """One entry of a hosted client's persistent algorithm state."""
         return self.clients[client_id].ctx.state[key]

@@ -37,6 +37,14 @@ class ServerActor:
     def server_models(self) -> tuple[dict[int, str], dict[str, torch.Tensor]]:
         return self.server.server_models()
 
+    def checkpoint(self) -> tuple[bytes, dict[int, bytes]]:
+        """The server's state and every client's, gathered from the client actors."""
+        return self.server.state_bytes(), self.pool.checkpoint()
+
+    def restore(self, server: bytes, clients: dict[int, bytes]) -> None:
+        self.pool.restore(clients)
+        self.server.load_state_bytes(server)
+
     def client_state(self, client_id: int, key: str):
         """One entry of a client's persistent state, read inside the actor that hosts it."""
         return ray.get(self.pool.actor_of[client_id].client_state.remote(client_id, key))

@@ -34,7 +34,7 @@ from fgl_ray.runtime.ray_backend import ray_session
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 RUNTIME_FIELDS = {"backend", "torch_threads", "output_dir", "overwrite", "clients_per_actor", "gpus_per_client",
-                  "round_timeout_s", "data_dir"}
+                  "round_timeout_s", "data_dir", "checkpoint_every"}
 BASES = {"fedavg": "FedAvg", "fedprox": "FedProx"}
 AVG_METRICS = (("AVG bAcc", "balanced_accuracy"), ("AVG F1", "macro_f1"))
 

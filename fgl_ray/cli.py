@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--compare", type=lambda s: tuple(s.split(",")), default=None,
                      help="comma-separated algorithms to run one after another and compare")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                     help="continue an interrupted run from its checkpoint.pt, as it was configured")
 
     datasets = commands.add_parser("datasets", help="datasets and whether each is available offline")
     datasets.add_argument("--data-dir", type=Path, default=None, help="dataset root (default $FGL_DATA_DIR or cache)")
@@ -85,6 +87,8 @@ def _run(args: argparse.Namespace) -> int:
     from fgl_ray.tasks import build_task
 
     values = _config_values(args)
+    if args.resume is not None:
+        values = _resume_values(args, values)
     algorithms = args.compare or ((values["algorithm"],) if "algorithm" in values else DEFAULT_COMPARISON)
     named = values.get("run_name")
     configs = [load_config(values | {"algorithm": name} | ({"run_name": f"{named}-{name}"} if named and
@@ -96,14 +100,15 @@ def _run(args: argparse.Namespace) -> int:
         check_fits(config, data)
     print(f"{configs[0].dataset}: {len(data.clients)} clients over domains {', '.join(data.domains)}; "
           f"{data.num_features} features, {data.num_classes} classes", flush=True)
-    summaries = {}
+    results = {}
     with _maybe_ray(configs[0]):
         for config in configs:
-            result = run_experiment(config, data, progress=not args.no_progress)
-            summaries[f"{config.algorithm}+{config.aggregator}"] = result.summary
+            result = run_experiment(config, data, progress=not args.no_progress, resume=args.resume is not None)
+            results[f"{config.algorithm}+{config.aggregator}"] = result
             print(f"results: {result.run_dir}", flush=True)
             if result.summary["coverage"].get("interrupted"):
                 break
+    summaries = {label: result.summary for label, result in results.items()}
     evaluated = len(next(iter(summaries.values()))["rounds"])
     window = f"test, mean ± std over the last {evaluated} evaluated rounds"
     metric = build_task(configs[0]).headline
@@ -113,14 +118,41 @@ def _run(args: argparse.Namespace) -> int:
     for label, coverage in incomplete.items():
         because = "; ".join(coverage["problems"])
         if coverage.get("interrupted"):
+            resume = (f"; continue it with: fgl-ray run --resume {results[label].run_dir}"
+                      if "checkpoint" in results[label].summary else "")
             print(f"fgl-ray: run {label} is incomplete ({because}): its summary and plots cover the finished "
-                  "rounds", file=sys.stderr)
+                  f"rounds{resume}", file=sys.stderr)
         else:
             print(f"fgl-ray: run {label} is incomplete ({because}): its figures describe a model that was hardly "
                   "trained; see failures.jsonl", file=sys.stderr)
     if any(coverage.get("interrupted") for coverage in incomplete.values()):
         return 130
     return 1 if incomplete else 0
+
+
+#: What ``run --resume`` lets change: where and how fast the rest of a run goes, never what it computes.
+RESUME_FIELDS = ("backend", "torch_threads", "clients_per_actor", "gpus_per_client", "round_timeout_s", "data_dir",
+                 "checkpoint_every")
+
+
+def _resume_values(args: argparse.Namespace, typed: dict[str, Any]) -> dict[str, Any]:
+    """The config recorded in the run folder ``args.resume``, with the runtime flags typed now."""
+    import json
+
+    folder = args.resume
+    if not (folder / "manifest.json").is_file():
+        raise ConfigError(f"--resume {folder}: not a run folder (no manifest.json); pass the folder a run printed "
+                          "after 'results:'")
+    if not (folder / "checkpoint.pt").is_file():
+        raise ConfigError(f"--resume {folder}: the run saved no checkpoint (it finished, or ran without "
+                          "--checkpoint-every and was not stopped with Ctrl-C or SIGTERM)")
+    changed = sorted(set(typed) - set(RESUME_FIELDS)) + (["compare"] if args.compare else []) \
+        + (["config"] if args.config else [])
+    if changed:
+        raise ConfigError(f"--resume continues a run as it was configured: drop {', '.join(map(_flag, changed))} "
+                          f"(only {', '.join(map(_flag, RESUME_FIELDS))} may change)")
+    recorded = json.loads((folder / "manifest.json").read_text())["config"]
+    return recorded | typed | {"output_dir": str(folder.parent), "run_name": folder.name, "overwrite": False}
 
 
 def _refuse_missing_gpus(config: ExperimentConfig) -> None:

@@ -24,7 +24,7 @@ class ConfigError(ValueError):
 Fraction = float
 #: Fields that must be >= 0, with the hint their error gives.
 NON_NEGATIVE = {"weight_decay": "e.g. 1e-5 (0 disables it)", "actor_restarts": "0: a dead client actor stays dead",
-                "noise_multiplier": "0: no noise"}
+                "noise_multiplier": "0: no noise", "checkpoint_every": "0: checkpoint only when interrupted"}
 
 
 class Fault(BaseModel):
@@ -135,7 +135,11 @@ class ExperimentConfig(BaseModel):
                             "clients share: auto = min(1, GPUs / client actors) when the cluster has GPUs, none "
                             "otherwise; or a fixed fraction in (0, 1]; 0 = CPU only")
     actor_restarts: int = Field(3, description="times Ray restarts a client actor whose process died; its clients "
-                                               "are rebuilt from their partitions, with fresh algorithm state")
+                                               "are rebuilt from their partitions and loaded from the last "
+                                               "checkpoint (fresh state without one)")
+    checkpoint_every: int = Field(0, description="save the whole federation to the run folder's checkpoint.pt every "
+                                                 "this many rounds (0: only when interrupted); continue a run with "
+                                                 "fgl-ray run --resume RUN_DIR")
     failures: dict[int, list[int]] = Field(default_factory=dict, description="simulated faults: round -> client ids that raise")
     faults: list[Fault] = Field(default_factory=list,
                                 description="simulated faults: [{kind: raise|nan|scale|delay|kill, "

@@ -108,6 +108,18 @@ class MetricsWriter:
         self._next_part += 1
         return final
 
+    @property
+    def parts_written(self) -> int:
+        """How many part files the run has so far."""
+        return self._next_part - 1
+
+    def truncate(self, parts: int) -> None:
+        """Deletes every part after the first ``parts`` (rows of rounds a resumed run repeats)."""
+        for path in self.path.iterdir():
+            if (match := _PART_RE.match(path.name)) and int(match.group(1)) > parts:
+                path.unlink()
+        self._next_part = parts + 1
+
     def _to_table(self, rows: list[Mapping[str, Any]]) -> pa.Table:
         columns: dict[str, list[Any]] = {name: [] for name in METRIC_COLUMNS}
         for i, row in enumerate(rows):

@@ -13,6 +13,7 @@ from fgl_ray.data.types import ClientGraph
 from fgl_ray.messages import Broadcast, ClientEvaluation, ClientUpdate
 from fgl_ray.models import build_model
 from fgl_ray.params import buffer_vector, trainable_vector
+from fgl_ray.runtime.checkpoint import from_bytes, object_state, to_bytes
 from fgl_ray.runtime.seeding import derive_seed
 from fgl_ray.tasks import build_task
 
@@ -109,6 +110,23 @@ class ClientRuntime:
         stats = self.task.evaluate(lambda batch: self.algorithm.predict(self.ctx, batch), self.ctx.data,
                                    self.ctx.num_classes)
         return ClientEvaluation(client_id=self.client_id, stats=stats)
+
+    def state_bytes(self) -> bytes:
+        """This client's persistent state: model, optimizer, algorithm state (its object and
+        ``ctx.state``), the last server statistics; its data is rebuilt from the partition."""
+        ctx = self.ctx
+        return to_bytes({"model": ctx.model.state_dict(), "optimizer": ctx.optimizer.state_dict(),
+                         "state": ctx.state, "server_stats": ctx.server_stats, "trained": self.trained,
+                         "algorithm": object_state(self.algorithm, ("config",))})
+
+    def load_state_bytes(self, blob: bytes) -> None:
+        """Restores what :meth:`state_bytes` saved."""
+        saved = from_bytes(blob, self.ctx.device)
+        self.ctx.model.load_state_dict(saved["model"])
+        self.ctx.optimizer.load_state_dict(saved["optimizer"])
+        self.ctx.state, self.ctx.server_stats = saved["state"], saved["server_stats"]
+        self.trained = saved["trained"]
+        vars(self.algorithm).update(saved["algorithm"])
 
     def weights(self) -> torch.Tensor:
         """The client model's current trainable weights (flat, on CPU)."""

@@ -78,9 +78,10 @@ class Coverage:
 class FailureLog:
     """Writes each failure as a JSON line; says each kind of failure once through ``say``."""
 
-    def __init__(self, sink: TextIO, say: Callable[[str], None]) -> None:
+    def __init__(self, sink: TextIO, say: Callable[[str], None], kinds: Counter | None = None) -> None:
+        """``kinds`` counts the failures said so far (a resumed run's, from its checkpoint)."""
         self.sink, self.say = sink, say
-        self.kinds: Counter[tuple[str, str]] = Counter()
+        self.kinds: Counter[tuple[str, str]] = Counter() if kinds is None else kinds
 
     def record(self, result: RoundResult) -> None:
         for failure in result.failures:

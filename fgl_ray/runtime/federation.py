@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,6 +25,8 @@ from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_ac
 from fgl_ray.results.plots import cluster_table, plot_cluster_membership
 from fgl_ray.results.references import reference_scores
 from fgl_ray.results.writer import METRICS_DIRNAME
+from fgl_ray.runtime.checkpoint import (CHECKPOINT_FILE, Checkpoint, interrupts_deferred, load_checkpoint,
+                                       save_checkpoint)
 from fgl_ray.runtime.coverage import Coverage, FailureLog
 from fgl_ray.runtime.records import round_rows
 from fgl_ray.runtime.server import RoundResult
@@ -37,6 +40,26 @@ class RunResult:
     run_id: str
     run_dir: Path
     summary: dict[str, Any]
+    #: the round a resumed run continued from (None: it ran from round 0)
+    resumed_from: int | None = None
+
+
+@dataclass
+class Bookkeeping:
+    """What the driver accumulates over the rounds besides metric rows (kept in checkpoints)."""
+
+    coverage: Coverage
+    last_test: np.ndarray | None = None
+    test_counts: dict[int, np.ndarray] = field(default_factory=dict)
+    failure_kinds: Counter = field(default_factory=Counter)
+
+    def observe(self, result: RoundResult) -> None:
+        """Classification: keeps the last pooled test confusion and each client's test label counts."""
+        tested = [e for e in result.evaluations if "confusion" in e.stats.get("test", {})]
+        if tested:
+            self.last_test = pool_stats(e.stats["test"] for e in tested)["confusion"]
+            for evaluation in tested:
+                self.test_counts.setdefault(evaluation.client_id, evaluation.stats["test"]["confusion"].sum(axis=1))
 
 
 def check_fits(config: ExperimentConfig, data: FederatedGraphData) -> None:
@@ -106,7 +129,7 @@ def _pooled_val(rows: list[dict], metric: str) -> float | None:
 
 def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = None, progress: bool = True,
                    on_round: Callable[[RoundResult, list[dict]], None] | None = None,
-                   class_plot: bool | None = None) -> RunResult:
+                   class_plot: bool | None = None, resume: bool = False) -> RunResult:
     """Runs one federation end to end and writes its results folder.
 
     Args:
@@ -116,50 +139,61 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
         on_round: called after each round with its result and rows (Tune reports here).
         class_plot: write ``class_accuracy.png``/``.json`` (per-class test accuracy of the last
             evaluation over frequency-sorted classes); default: when the dataset has >= 3 classes.
+        resume: continue the run in the config's run folder from its ``checkpoint.pt`` (the
+            rows of rounds after the checkpoint are discarded and those rounds run again).
 
     Returns:
         The run id, its folder and its summary.
+
+    Raises:
+        ConfigError: ``resume`` and the run folder holds no checkpoint.
     """
     data = data or build_federated_data(config)
     config = configured_for(config, data)
     check_fits(config, data)
     run_id = default_run_id(config)
-    run_dir = claim_run_dir(Path(config.output_dir) / run_id, config.overwrite)
-    write_manifest(run_dir, config.model_dump(mode="json"), seeds={"seed": config.seed, "data_seed": config.data_seed},
-                   extra={"run_id": run_id, "domains": data.domains, "num_clients": len(data.clients),
-                          "client_domains": {g.client_id: g.domain for g in data.clients}})
+    run_dir = Path(config.output_dir) / run_id
+    checkpoint = load_checkpoint(run_dir) if resume else None
+    if checkpoint is None:
+        claim_run_dir(run_dir, config.overwrite)
+        write_manifest(run_dir, config.model_dump(mode="json"), seeds={"seed": config.seed,
+                                                                       "data_seed": config.data_seed},
+                       extra={"run_id": run_id, "domains": data.domains, "num_clients": len(data.clients),
+                              "client_domains": {g.client_id: g.domain for g in data.clients}})
     writer = MetricsWriter(run_dir, run_id)
     task = build_task(config)
     domain_of = {graph.client_id: graph.domain for graph in data.clients}
     class_counts = training_class_counts(data)
     class_order = class_frequency_order(class_counts)
-    last_test: np.ndarray | None = None
-    test_counts: dict[int, np.ndarray] = {}
-    coverage = Coverage(clients=len(data.clients), min_clients=config.min_clients)
+    book = Bookkeeping(Coverage(clients=len(data.clients), min_clients=config.min_clients))
     backend = open_backend(config, data)
-    bar = tqdm(range(config.rounds), desc=run_id, unit="round", disable=not progress, leave=True)
+    first = checkpointed = 0
+    if checkpoint is not None:
+        backend.restore(checkpoint.server, checkpoint.clients)
+        book = checkpoint.driver["book"]
+        writer.truncate(checkpoint.driver["parts"])
+        with (run_dir / "failures.jsonl").open("r+") as log:
+            log.truncate(checkpoint.driver["failure_bytes"])
+        first = checkpointed = checkpoint.next_round
+    bar = tqdm(range(first, config.rounds), desc=run_id, unit="round", disable=not progress, leave=True,
+               initial=first, total=config.rounds)
     try:
-        with (run_dir / "failures.jsonl").open("a") as sink:
-            failure_log = FailureLog(sink, bar.write)
+        with (run_dir / "failures.jsonl").open("a") as sink, interrupts_deferred() as stop:
+            failure_log = FailureLog(sink, bar.write, book.failure_kinds)
             for round_index in bar:
                 try:
                     result = backend.run_round(round_index)
-                except KeyboardInterrupt:   # Ctrl-C or SIGTERM: keep the rounds that finished
-                    if round_index == 0:
+                except KeyboardInterrupt:   # a second Ctrl-C: keep the rounds that finished
+                    if round_index == first and checkpoint is None:
                         raise
-                    bar.write(f"interrupted in round {round_index}; summarising the {round_index} rounds that "
-                              "finished")
+                    bar.write(f"interrupted in round {round_index}; summarising the rounds that finished")
                     break
-                said = coverage.observe(result)
+                said = book.coverage.observe(result)
                 if said:
                     bar.write(said)
                 rows = round_rows(result, domain_of, task, config.diagnostics_fraction, class_order,
                                   config.class_group_cuts)
-                tested = [e for e in result.evaluations if "confusion" in e.stats.get("test", {})]
-                if tested:  # classification: the last test confusion and the test label counts
-                    last_test = pool_stats(e.stats["test"] for e in tested)["confusion"]
-                    for evaluation in tested:
-                        test_counts.setdefault(evaluation.client_id, evaluation.stats["test"]["confusion"].sum(axis=1))
+                book.observe(result)
                 writer.write(rows)
                 if result.diagnostics:
                     save_diagnostics(run_dir, result)
@@ -167,17 +201,33 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
                 score = _pooled_val(rows, task.headline)
                 if score is not None:
                     bar.set_postfix({f"val_{task.headline}": f"{score:.3f}", "failed": len(result.failures)})
+                stop.armed = True
+                finished = round_index + 1
+                if finished < config.rounds and (stop.requested or (config.checkpoint_every and
+                                                                    finished % config.checkpoint_every == 0)):
+                    save_checkpoint(run_dir, Checkpoint(finished, *backend.checkpoint(), driver={
+                        "book": book, "parts": writer.parts_written, "failure_bytes": sink.tell()}))
+                    checkpointed = finished
                 if on_round is not None:
                     on_round(result, rows)
+                if stop.requested:
+                    bar.write(f"stopped after round {round_index}" + ("; checkpoint saved" * (checkpointed == finished)))
+                    break
             failure_log.close()
     finally:
         bar.close()
         backend.close()
+    if book.coverage.rounds == config.rounds:   # finished: nothing left to resume
+        (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
+        checkpointed = 0
+    coverage, last_test, test_counts = book.coverage, book.last_test, book.test_counts
     metrics = read_metrics(run_dir)
     summary = summarize(metrics, last_k=config.last_k, selection_metric=task.headline)
     if test_counts:
         summary["references"] = reference_scores(test_counts, domain_of)
     summary["coverage"] = coverage.report(config.min_coverage, planned_rounds=config.rounds)
+    if checkpointed:
+        summary["checkpoint"] = {"file": CHECKPOINT_FILE, "next_round": checkpointed}
     write_summary(run_dir, summary)
     plot_learning_curves(metrics, run_dir / "learning_curves.png", metric=task.headline)
     if last_test is not None and (data.num_classes >= 3 if class_plot is None else class_plot):
@@ -185,7 +235,7 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     if config.diagnostics:
         plot_saved_diagnostics(run_dir, metrics, domain_of)
     save_clusters(run_dir, metrics)
-    return RunResult(run_id, run_dir, summary)
+    return RunResult(run_id, run_dir, summary, checkpoint.next_round if checkpoint else None)
 
 
 def save_clusters(run_dir: Path, metrics) -> Path | None:

@@ -71,5 +71,15 @@ class LocalBackend:
     def client_state(self, client_id: int, key: str):
         return self.pool.clients[client_id].ctx.state[key]
 
+    def checkpoint(self) -> tuple[bytes, dict[int, bytes]]:
+        """The server's and every client's state (see :mod:`fgl_ray.runtime.checkpoint`)."""
+        return self.server.state_bytes(), {cid: client.state_bytes() for cid, client in self.pool.clients.items()}
+
+    def restore(self, server: bytes, clients: Mapping[int, bytes]) -> None:
+        """Loads a :meth:`checkpoint` (the server last: its torch RNG state is this process's)."""
+        for client_id, blob in clients.items():
+            self.pool.clients[client_id].load_state_bytes(blob)
+        self.server.load_state_bytes(server)
+
     def close(self) -> None:
         """Nothing to release."""

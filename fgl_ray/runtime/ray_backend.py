@@ -100,8 +100,26 @@ class RayClientPool:
 
     def __init__(self, actors: Sequence[ray.actor.ActorHandle], assignment: Sequence[Sequence[int]]) -> None:
         self.actor_of = {cid: actor for actor, hosted in zip(actors, assignment) for cid in hosted}
+        self.actors = list(actors)
         self._last: tuple[Broadcast | None, ray.ObjectRef | None] = (None, None)
         self.restarting: set[ray.actor.ActorHandle] = set()
+        #: the clients' states of the last checkpoint, loaded into an actor Ray restarts
+        self.saved: dict[int, bytes] = {}
+
+    def checkpoint(self) -> dict[int, bytes]:
+        """Every client's state, kept for restarted actors too."""
+        self.saved = {}
+        for states in ray.get([actor.states.remote() for actor in self.actors]):
+            self.saved.update(states)
+        return dict(self.saved)
+
+    def restore(self, states: Mapping[int, bytes]) -> None:
+        """Loads checkpointed client states into the actors hosting them."""
+        self.saved = dict(states)
+        ray.get([actor.restore.remote(self._hosted_states(actor)) for actor in self.actors])
+
+    def _hosted_states(self, actor: ray.actor.ActorHandle) -> dict[int, bytes]:
+        return {cid: blob for cid, blob in self.saved.items() if self.actor_of[cid] is actor}
 
     def _ref(self, broadcast: Broadcast) -> ray.ObjectRef:
         if self._last[0] is not broadcast:
@@ -110,12 +128,15 @@ class RayClientPool:
 
     def _await_restarts(self, timeout_s: float) -> None:
         """Waits, at most ``timeout_s``, for the actors that died in an earlier call while Ray restarts
-        them (their clients rebuilt from the partition refs); one out of restarts stays failed."""
+        them (their clients rebuilt from the partition refs, then loaded from the last checkpoint when
+        there is one); one out of restarts stays failed."""
         deadline = time.monotonic() + timeout_s
         for actor in list(self.restarting):
             while True:
                 try:
                     ray.get(actor.device.remote(), timeout=max(0.1, deadline - time.monotonic()))
+                    if states := self._hosted_states(actor):
+                        ray.get(actor.restore.remote(states))
                     break
                 except ray.exceptions.ActorDiedError:
                     break
@@ -196,6 +217,13 @@ class RayBackend:
 
     def client_state(self, client_id: int, key: str):
         return ray.get(self.server.client_state.remote(client_id, key))
+
+    def checkpoint(self) -> tuple[bytes, dict[int, bytes]]:
+        """The server's and every client's state (see :mod:`fgl_ray.runtime.checkpoint`)."""
+        return ray.get(self.server.checkpoint.remote())
+
+    def restore(self, server: bytes, clients: Mapping[int, bytes]) -> None:
+        ray.get(self.server.restore.remote(server, dict(clients)))
 
     def close(self) -> None:
         """Kills the server actor; its client actors die with it."""

@@ -22,6 +22,7 @@ from fgl_ray.diagnostics import active_share, cosine_to_aggregate, jaccard_overl
 from fgl_ray.messages import (GLOBAL, Broadcast, ClientEvaluation, ClientFailure, ClientUpdate, ModelState,
                               PayloadError, check_update)
 from fgl_ray.params import ParamLayout, buffer_vector, trainable_vector
+from fgl_ray.runtime.checkpoint import from_bytes, object_state, to_bytes
 from fgl_ray.runtime.client import build_config_model
 from fgl_ray.runtime.seeding import derive_seed
 
@@ -150,6 +151,21 @@ class ServerRuntime:
             updates.append(answer)
         updates.sort(key=lambda u: u.client_id)
         return updates, failures
+
+    # ------------------------------------------------------------------ checkpoints
+    _STATELESS = ("config", "pool", "layout", "_broadcast")
+
+    def state_bytes(self) -> bytes:
+        """Everything a resumed server needs: server models and assignment, algorithm and aggregator
+        objects with their state, the sampling RNG, and this process's torch RNG."""
+        return to_bytes({"attributes": object_state(self, self._STATELESS), "torch_rng": torch.get_rng_state()})
+
+    def load_state_bytes(self, blob: bytes) -> None:
+        """Restores what :meth:`state_bytes` saved."""
+        saved = from_bytes(blob)
+        vars(self).update(saved["attributes"])
+        torch.set_rng_state(saved["torch_rng"])
+        self._broadcast = None
 
     # ------------------------------------------------------------------ aggregation helpers
     def aggregate_with_aggregator(self, updates: Sequence[ClientUpdate]) -> None:

@@ -30,6 +30,7 @@ from fgl_ray.data import build_federated_data
 from fgl_ray.data.types import FederatedGraphData
 from fgl_ray.results.summary import AVG_KEY
 from fgl_ray.results.writer import ALL_DOMAINS, SERVER_ID
+from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE
 from fgl_ray.tune.grid import Grid, GridError, GridPoint, data_key
 from fgl_ray.tune.plots import plot_grid_heatmaps
 from fgl_ray.tune.resources import (SERVER_BUNDLE, auto_cpus_per_trial, bundle_totals, plan_bundles,
@@ -144,13 +145,15 @@ def federation_trial(tune_config: dict, setup: TrialSetup) -> None:
     """Tune's trainable: one whole federation for the point in ``tune_config["point"]``.
 
     Writes ``<runs_dir>/<point id>/`` (the run folder, plus ``trial.json`` with start and end
-    times and the placement group it ran in). A restarted trial starts from scratch.
+    times and the placement group it ran in). A restarted trial continues from the checkpoint its
+    run folder holds (``checkpoint_every``), else starts from scratch.
     """
     point = tune_config["point"]
     config = setup.configs[point["id"]]
     data = setup.datasets[setup.data_keys[point["id"]]]
     run_dir = Path(setup.runs_dir) / point["id"]
-    if run_dir.exists():
+    resume = (run_dir / CHECKPOINT_FILE).is_file()
+    if run_dir.exists() and not resume:
         shutil.rmtree(run_dir)
     record: dict[str, Any] = {"id": point["id"], "axes": point["axes"], "baseline": point["baseline"],
                               "started_at": time.time(), "tune_trial_id": tune.get_context().get_trial_id(),
@@ -172,9 +175,10 @@ def federation_trial(tune_config: dict, setup: TrialSetup) -> None:
         record["plan"] = {"cpus_per_actor": plan.cpus_per_actor, "gpus_per_actor": plan.gpus_per_actor,
                           "server_cpus": plan.server_cpus, "assignment": [list(a) for a in plan.assignment]}
         with use_plan(plan, server_bundle=SERVER_BUNDLE):
-            result = run_experiment(config, data, progress=False, on_round=reporter)
+            result = run_experiment(config, data, progress=False, on_round=reporter, resume=resume)
     else:
-        result = run_experiment(config, data, progress=False, on_round=reporter)
+        result = run_experiment(config, data, progress=False, on_round=reporter, resume=resume)
+    record["resumed_from"] = result.resumed_from
     record["ended_at"] = time.time()
     record["run_dir"] = str(result.run_dir)
     write_json(run_dir / TRIAL_RECORD, record)

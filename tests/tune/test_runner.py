@@ -32,13 +32,32 @@ BUDGET_S = 900
 
 
 def failing(point_ids):
-    """Wraps the trainable so that the given points raise before starting any actor."""
+    """Wraps the trainable so that the first of the given points raises before starting any actor
+    and the others crash after their round 1 (after its checkpoint)."""
     def wrap(trainable):
         @functools.wraps(trainable)
         def trial(config, setup):
-            if config["point"]["id"] in point_ids:
-                raise RuntimeError(f"injected failure of {config['point']['id']}")
-            return trainable(config, setup)
+            point_id = config["point"]["id"]
+            if point_id == point_ids[0]:
+                raise RuntimeError(f"injected failure of {point_id}")
+            if point_id not in point_ids:
+                return trainable(config, setup)
+            import fgl_ray.runtime
+
+            run_experiment = fgl_ray.runtime.run_experiment
+
+            def crash_after_round_1(*args, on_round, **kwargs):
+                def report_then_crash(result, rows):
+                    on_round(result, rows)
+                    if result.round == 1:
+                        raise RuntimeError(f"injected crash of {point_id} after round 1")
+                return run_experiment(*args, on_round=report_then_crash, **kwargs)
+
+            fgl_ray.runtime.run_experiment = crash_after_round_1
+            try:
+                return trainable(config, setup)
+            finally:
+                fgl_ray.runtime.run_experiment = run_experiment
         return trial
     return wrap
 
@@ -76,6 +95,18 @@ def test_resume_reruns_only_the_unfinished_trials(smoke_run):
     for point_id, (record, mtime) in smoke_run["finished"].items():
         assert _record(folder, point_id)["started_at"] == record["started_at"]
         assert (folder / RUNS_DIRNAME / point_id / SUMMARY_NAME).stat().st_mtime_ns == mtime
+
+
+def test_a_trial_that_crashed_resumes_from_its_checkpoint(smoke_run):
+    folder = smoke_run["folder"]
+    started, crashed = FAIL_FIRST
+    assert _record(folder, started)["resumed_from"] is None                # it had never run: from round 0
+    assert _record(folder, crashed)["resumed_from"] == 2                   # checkpointed after round 1
+    rows = pd.read_parquet(folder / RUNS_DIRNAME / crashed / "metrics.parquet")
+    rounds = rows[(rows.split == "test") & (rows.metric == "accuracy") & (rows.client_id == "server") &
+                  (rows.domain == "all")]
+    assert sorted(rounds["round"]) == sorted(set(rounds["round"])) and set(rounds["round"]) >= {0, 1, 2}
+    assert json.loads((folder / RUNS_DIRNAME / crashed / SUMMARY_NAME).read_text())["coverage"]["complete"]
 
 
 def test_two_trials_ran_at_once_on_two_cpus(smoke_run):
@@ -137,7 +168,8 @@ def test_trial_reports_reached_tune(smoke_run):
         tune_dir = Path(trials.loc[point.id, "tune_dir"])
         assert tune_dir.parent == folder / "tune" and tune_dir.name.startswith(point.id)
         results = [json.loads(line) for line in (tune_dir / "result.json").read_text().splitlines()]
-        assert [r["round"] for r in results] == list(range(rounds))
+        first = _record(folder, point.id)["resumed_from"] or 0   # a resumed trial reports the rounds it ran
+        assert [r["round"] for r in results] == list(range(first, rounds))
         assert {"test/accuracy/avg", "test/accuracy/all", "val/accuracy/all", "lastk/accuracy/avg/mean",
                 "score"} <= set(results[-1])
 
