@@ -1,8 +1,9 @@
-"""Where PyG may write: the dataset root itself, or a writable cache copy of its folders.
+"""Where PyG may write: fgl-ray's own download folder, or a cache copy of a named root's folders.
 
-PyG writes ``processed/`` next to ``raw/``. A shared, read-only root (for example an offline
-mirror) is therefore never handed to PyG directly: only the folders a load needs are copied,
-once, into a cache and PyG processes them there.
+PyG writes ``processed/`` next to ``raw/``. A root the user names (a shared mirror, a folder
+of their own) is therefore never handed to PyG: only the folders a load needs are copied, once
+and atomically (staged, then renamed), into a cache and PyG processes them there, under the
+per-dataset lock of :func:`fgl_ray.data.datasets.processing_lock`.
 """
 
 from __future__ import annotations
@@ -25,35 +26,26 @@ def resolve_cache_dir() -> Path:
     return Path(env).expanduser() if env else default_data_dir().parent / "cache"
 
 
-def is_writable(path: Path) -> bool:
-    """Whether PyG could write at ``path`` (or create it below its nearest existing folder).
-
-    A folder whose permission bits grant no write access counts as read-only even for a
-    user who could override them (root), so a shared read-only mirror is never modified.
-    """
-    existing = Path(path)
-    while not existing.exists():
-        existing = existing.parent
-    return os.access(existing, os.W_OK) and bool(existing.stat().st_mode & 0o222)
-
-
 def writable_root(root: Path, subdirs: Sequence[str], cache_dir: Path) -> Path:
     """Returns a root with the same layout as ``root`` in which PyG may write ``subdirs``.
 
     Args:
-        root: the dataset root in PyG layout; may be read-only or not exist yet.
+        root: the dataset root in PyG layout.
         subdirs: folders below ``root`` that the load reads and writes (``Twitch/DE``).
-        cache_dir: where read-only folders are copied to.
+        cache_dir: where the folders of a named root are copied to.
 
     Returns:
-        ``root`` itself when it is writable (PyG downloads missing files as usual), else a
-        cache folder holding copies of ``subdirs`` only.
+        ``root`` itself only when it is fgl-ray's own download folder (``default_data_dir()``,
+        where PyG downloads missing files as usual). A root the user names (``--data-dir``,
+        ``FGL_DATA_DIR``) is never written, whatever its permissions: the folders a load needs
+        are copied, once, into ``cache_dir`` (a folder per root, the dataset's path below it)
+        and PyG processes them there.
 
     Raises:
-        FileNotFoundError: a folder is missing from a read-only root.
+        FileNotFoundError: a folder is missing from a named root.
     """
     root = Path(root).expanduser()
-    if all(is_writable(root / subdir) for subdir in subdirs):
+    if root.resolve() == default_data_dir().resolve():
         root.mkdir(parents=True, exist_ok=True)
         return root
     mirror = Path(cache_dir).expanduser() / _mirror_name(root)
@@ -61,8 +53,9 @@ def writable_root(root: Path, subdirs: Sequence[str], cache_dir: Path) -> Path:
         source = root / subdir
         if not source.is_dir():
             raise FileNotFoundError(
-                f"{source} is missing and {root} is read-only, so PyG cannot download it there; "
-                f"point --data-dir (or FGL_DATA_DIR) at a writable folder or add the files to {root}"
+                f"{source} is missing, and fgl-ray never writes into a data root you name, so it cannot "
+                f"download it there: add the files to {root}, or leave --data-dir and FGL_DATA_DIR unset to "
+                f"download into {default_data_dir()}"
             )
         _copy_once(source, mirror / subdir)
     return mirror

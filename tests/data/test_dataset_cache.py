@@ -1,11 +1,11 @@
-"""Read-only dataset roots are copied (only what is needed, once) into a writable cache."""
+"""Named dataset roots are never written: what a load needs is copied (once) into the cache."""
 
 import os
 import stat
 
 import pytest
 
-from fgl_ray.data.storage import is_writable, resolve_cache_dir, writable_root
+from fgl_ray.data.storage import resolve_cache_dir, writable_root
 
 
 @pytest.fixture
@@ -24,15 +24,22 @@ def read_only_root(tmp_path):
         os.chmod(folder, 0o755)
 
 
-def test_read_only_root_counts_as_read_only(read_only_root):
-    assert not is_writable(read_only_root / "Twitch" / "DE")
-    assert is_writable(read_only_root.parent / "elsewhere" / "deeper")
+def test_only_the_default_download_folder_is_used_in_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    from fgl_ray.data.types import default_data_dir
+
+    assert writable_root(default_data_dir(), ["Twitch/DE"], tmp_path / "cache") == default_data_dir()
+    assert default_data_dir().is_dir()
 
 
-def test_writable_root_is_used_in_place(tmp_path):
-    root = tmp_path / "fresh"
-    assert writable_root(root, ["Twitch/DE"], tmp_path / "cache") == root
-    assert root.is_dir()
+def test_a_writable_named_root_is_not_written_either(tmp_path):
+    root = tmp_path / "mine"
+    (root / "Twitch" / "DE" / "raw").mkdir(parents=True)
+    (root / "Twitch" / "DE" / "raw" / "DE.npz").write_bytes(b"x" * 8)
+    mirror = writable_root(root, ["Twitch/DE"], tmp_path / "cache")
+    assert (tmp_path / "cache") in mirror.parents
+    (mirror / "Twitch" / "DE" / "processed").mkdir()                     # PyG's output lands in the copy
+    assert sorted(p.name for p in (root / "Twitch" / "DE").iterdir()) == ["raw"]
 
 
 def test_read_only_root_copies_only_the_needed_folder_once(read_only_root, tmp_path):
@@ -57,7 +64,7 @@ def test_incomplete_copy_is_replaced(read_only_root, tmp_path):
 
 
 def test_missing_folder_in_read_only_root_is_a_clear_error(read_only_root, tmp_path):
-    with pytest.raises(FileNotFoundError, match="read-only"):
+    with pytest.raises(FileNotFoundError, match="never writes into a data root you name"):
         writable_root(read_only_root, ["Twitch/FR"], tmp_path / "cache")
 
 
