@@ -10,9 +10,8 @@ from typing import Any, Literal, Sequence
 
 import yaml
 
-from fgl_ray.config import ConfigError, ExperimentConfig, load_config, yaml_problem
-from fgl_ray.data.partition import PartitionError
-from fgl_ray.data.types import DatasetUnavailable
+from fgl_ray.config import ConfigError, ExperimentConfig, check_fields, load_config, yaml_problem
+from fgl_ray.errors import DatasetUnavailable, PartitionError
 
 #: What ``fgl-ray run`` compares when no algorithm is named.
 DEFAULT_COMPARISON = ("fedavg", "local")
@@ -80,20 +79,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
+    values = _config_values(args)
+    if args.resume is not None:
+        values = _resume_values(args, values)
+    check_fields(values, args.config)   # a bad value is answered before torch and PyG load
+    algorithms = args.compare or ((values["algorithm"],) if "algorithm" in values else DEFAULT_COMPARISON)
+    named = values.get("run_name")
+    configs = [load_config(values | {"algorithm": name} | ({"run_name": f"{named}-{name}"} if named and
+                                                           len(algorithms) > 1 else {}), yaml_path=args.config)
+               for name in algorithms]
     from fgl_ray.data import build_federated_data
     from fgl_ray.results import comparison_table, pooled_table
     from fgl_ray.runtime import run_experiment
     from fgl_ray.runtime.federation import check_fits
     from fgl_ray.tasks import build_task
 
-    values = _config_values(args)
-    if args.resume is not None:
-        values = _resume_values(args, values)
-    algorithms = args.compare or ((values["algorithm"],) if "algorithm" in values else DEFAULT_COMPARISON)
-    named = values.get("run_name")
-    configs = [load_config(values | {"algorithm": name} | ({"run_name": f"{named}-{name}"} if named and
-                                                           len(algorithms) > 1 else {}), yaml_path=args.config)
-               for name in algorithms]
     _refuse_missing_gpus(configs[0])
     data = build_federated_data(configs[0])
     for config in configs:
@@ -297,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     handlers = {"run": _run, "datasets": _datasets, "list": _list, "tune": _tune, "report": _report}
-    from fgl_ray.runtime.ray_backend import interrupt_on_sigterm
+    from fgl_ray.interrupts import interrupt_on_sigterm
 
     signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
-from fgl_ray.data.types import default_data_dir
+from fgl_ray.errors import default_data_dir
 
 
 class ConfigError(ValueError):
@@ -152,10 +153,12 @@ class ExperimentConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _preset_defaults(cls, values: Any) -> Any:
+    def _preset_defaults(cls, values: Any, info: ValidationInfo) -> Any:
         from fgl_ray.presets import apply_preset, apply_task_defaults
 
-        return apply_task_defaults(apply_preset(values)) if isinstance(values, dict) else values
+        if not isinstance(values, dict):
+            return values
+        return apply_preset(values) if _fields_only(info) else apply_task_defaults(apply_preset(values))
 
     # ------------------------------------------------------------------ field checks
     @field_validator("*", mode="before")
@@ -299,7 +302,9 @@ class ExperimentConfig(BaseModel):
 
     # ------------------------------------------------------------------ cross-field checks
     @model_validator(mode="after")
-    def _names_and_data(self) -> "ExperimentConfig":
+    def _names_and_data(self, info: ValidationInfo) -> "ExperimentConfig":
+        if _fields_only(info):
+            return self
         from fgl_ray.aggregators import AGGREGATORS
         from fgl_ray.algorithms import ALGORITHMS
         from fgl_ray.data import dataset_domains
@@ -524,6 +529,27 @@ def load_config(values: dict[str, Any] | None = None, yaml_path: str | Path | No
         return ExperimentConfig(**merged)
     except ValidationError as error:
         raise ConfigError(_describe(error)) from None
+
+
+def check_fields(values: dict[str, Any], yaml_path: str | Path | None = None) -> None:
+    """The per-field checks of :func:`load_config` alone: no registry is consulted, so neither
+    torch nor PyG is imported and the command line answers a bad value at once.
+
+    Raises:
+        ConfigError: as :func:`load_config` would for the same fields.
+    """
+    merged = read_yaml_mapping(yaml_path, "config file") if yaml_path is not None else {}
+    try:
+        ExperimentConfig.model_validate(merged | values, context={FIELDS_ONLY: True})
+    except ValidationError as error:
+        raise ConfigError(_describe(error)) from None
+
+
+FIELDS_ONLY = "fields_only"
+
+
+def _fields_only(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get(FIELDS_ONLY))
 
 
 def _describe(error: ValidationError) -> str:

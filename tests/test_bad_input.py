@@ -59,3 +59,18 @@ def test_a_bad_input_is_refused_with_the_documented_message(argv, says, fixture_
 def test_words_are_taken_as_typed(flag, typed):
     args = cli.build_parser().parse_args(["run", flag, typed])
     assert getattr(args, flag[2:].replace("-", "_")) == typed
+
+
+@pytest.mark.parametrize("argv", [["run", "--lr", "nan"], ["run", "--rounds", "0", "--momentum", "-1"],
+                                  ["run", "--config", "missing.yaml"]])
+def test_a_bad_value_is_answered_before_torch_or_pyg_load(argv, tmp_path):
+    import subprocess
+    import sys
+
+    probe = ("import sys; from fgl_ray import cli; code = cli.main(sys.argv[1:]); "
+             "loaded = sorted({'torch', 'torch_geometric', 'ray'} & set(sys.modules)); "
+             "print('LOADED', loaded); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "LOADED []" in done.stdout

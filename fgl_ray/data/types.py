@@ -10,16 +10,13 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
+from fgl_ray.errors import DatasetUnavailable, default_data_dir  # noqa: F401  (re-exported)
+
 Task = Literal["node", "graph"]
 #: The readouts (``fgl_ray.tasks``) a dataset kind offers, its own first.
 KIND_TASKS: dict[str, tuple[str, ...]] = {"node": ("node-classification",), "graph": ("graph-classification",)}
 #: Multimodal node graphs offer the cross-modal readouts too.
 MULTIMODAL_TASKS = ("node-classification", "link-prediction", "modality-matching", "modality-retrieval")
-
-
-class DatasetUnavailable(ValueError):
-    """A dataset that can be neither read nor fetched, or whose files are invalid; the message names
-    the files and the fix."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +151,3 @@ class FederatedGraphData:
     num_classes: int
     meta: dict = field(default_factory=dict)
 
-
-def default_data_dir() -> Path:
-    """The per-user cache used when neither ``--data-dir`` nor ``FGL_DATA_DIR`` is set."""
-    return Path.home() / ".cache" / "fgl-ray" / "datasets"

@@ -25,8 +25,8 @@ from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_ac
 from fgl_ray.results.plots import cluster_table, plot_cluster_membership
 from fgl_ray.results.references import reference_scores
 from fgl_ray.results.writer import METRICS_DIRNAME
-from fgl_ray.runtime.checkpoint import (CHECKPOINT_FILE, Checkpoint, interrupts_deferred, load_checkpoint,
-                                       save_checkpoint)
+from fgl_ray.interrupts import interrupts_deferred
+from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint, save_checkpoint
 from fgl_ray.runtime.coverage import Coverage, FailureLog
 from fgl_ray.runtime.records import round_rows
 from fgl_ray.runtime.server import RoundResult

@@ -21,6 +21,7 @@ import ray
 import torch
 
 from fgl_ray.config import ExperimentConfig
+from fgl_ray.interrupts import interrupt_on_sigterm
 from fgl_ray.data.types import FederatedGraphData
 from fgl_ray.messages import Broadcast, ClientFailure
 from fgl_ray.runtime.local_backend import describe_error
@@ -66,11 +67,6 @@ def _check_plan(plan: ResourcePlan, client_ids: Sequence[int]) -> ResourcePlan:
     if hosted != sorted(client_ids):
         raise ValueError(f"the resource plan hosts clients {hosted}, but the data has clients {sorted(client_ids)}")
     return plan
-
-
-def interrupt_on_sigterm(signum, frame) -> None:
-    """SIGTERM ends a run as Ctrl-C does: the finished rounds are summarised, the run marked incomplete."""
-    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager

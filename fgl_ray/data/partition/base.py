@@ -10,11 +10,8 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from fgl_ray.data.types import DomainGraph
+from fgl_ray.errors import PartitionError  # noqa: F401  (re-exported)
 from fgl_ray.registry import Registry
-
-
-class PartitionError(ValueError):
-    """The partition settings do not fit the loaded dataset (e.g. more clients than communities)."""
 
 
 @dataclass(frozen=True)
