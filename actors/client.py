@@ -101,9 +101,10 @@ class ClientActor:
         return str(assigned_device())
 
     def placement(self) -> dict[str, Any]:
-        """Where this actor runs: device, Ray's GPU ids and resources, CUDA visibility, clients."""
+        """Where this actor runs: node, device, Ray's GPU ids and resources, CUDA visibility, clients."""
         return {
             "actor_id": ray.get_runtime_context().get_actor_id(),
+            "node_id": ray.get_runtime_context().get_node_id(),
             "device": str(self.device_),
             "gpu_ids": [str(i) for i in ray.get_gpu_ids()],
             "resources": dict(ray.get_runtime_context().get_assigned_resources()),

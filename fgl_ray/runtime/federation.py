@@ -44,6 +44,10 @@ class RunResult:
     resumed_from: int | None = None
 
 
+#: Where the client actors of a Ray run were placed (written after the first round).
+PLACEMENTS_FILE = "placements.json"
+
+
 @dataclass
 class Bookkeeping:
     """What the driver accumulates over the rounds besides metric rows (kept in checkpoints)."""
@@ -201,6 +205,8 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
                 score = _pooled_val(rows, task.headline)
                 if score is not None:
                     bar.set_postfix({f"val_{task.headline}": f"{score:.3f}", "failed": len(result.failures)})
+                if round_index == first and (placements := backend.placements()):
+                    (run_dir / PLACEMENTS_FILE).write_text(json.dumps(placements, indent=1))
                 stop.armed = True
                 finished = round_index + 1
                 if finished < config.rounds and (stop.requested or (config.checkpoint_every and

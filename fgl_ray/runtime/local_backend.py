@@ -71,6 +71,10 @@ class LocalBackend:
     def client_state(self, client_id: int, key: str):
         return self.pool.clients[client_id].ctx.state[key]
 
+    def placements(self) -> list[dict]:
+        """No actors: every client runs in this process."""
+        return []
+
     def checkpoint(self) -> tuple[bytes, dict[int, bytes]]:
         """The server's and every client's state (see :mod:`fgl_ray.runtime.checkpoint`)."""
         return self.server.state_bytes(), {cid: client.state_bytes() for cid, client in self.pool.clients.items()}

@@ -214,6 +214,10 @@ class RayBackend:
     def client_state(self, client_id: int, key: str):
         return ray.get(self.server.client_state.remote(client_id, key))
 
+    def placements(self) -> list[dict]:
+        """Each client actor's node, device, GPU ids, resources and clients."""
+        return ray.get(self.server.placements.remote())
+
     def checkpoint(self) -> tuple[bytes, dict[int, bytes]]:
         """The server's and every client's state (see :mod:`fgl_ray.runtime.checkpoint`)."""
         return ray.get(self.server.checkpoint.remote())

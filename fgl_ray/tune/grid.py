@@ -16,6 +16,7 @@ A grid file names a base experiment and the axes to sweep::
     cpus_per_trial: auto             # or a number: CPUs of one trial's placement group
     gpus_per_trial: 0
     max_concurrent_trials: null      # default: as many as the cluster's resources fit
+    max_failures: 0                  # retries of a failed trial (a lost node): it resumes from its checkpoint
     output_dir: results/tune/<name>
 
 Axes other than the two heatmap axes are *facets*: one heatmap is drawn per facet value and the
@@ -142,6 +143,7 @@ class GridFile(BaseModel):
     cpus_per_trial: Union[Literal["auto"], float] = "auto"
     gpus_per_trial: float = 0.0
     max_concurrent_trials: Optional[int] = None
+    max_failures: int = Field(0, ge=0)
     output_dir: Optional[Path] = None
 
     @field_validator("cpus_per_trial")
@@ -213,6 +215,7 @@ class Grid:
     cpus_per_trial: Optional[float] = None
     gpus_per_trial: float = 0.0
     max_concurrent_trials: Optional[int] = None
+    max_failures: int = 0
     source: Optional[Path] = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -254,6 +257,7 @@ class Grid:
             "cpus_per_trial": self.cpus_per_trial,
             "gpus_per_trial": self.gpus_per_trial,
             "max_concurrent_trials": self.max_concurrent_trials,
+            "max_failures": self.max_failures,
         }
 
 
@@ -316,7 +320,7 @@ def build_grid(document: Mapping[str, Any], name: str = "grid", root: Path | Non
         name=grid_name, axes=axes, points=tuple(points), metric=metric, heatmap=heatmap, output_dir=folder,
         cpus_per_trial=None if spec.cpus_per_trial == "auto" else float(spec.cpus_per_trial),
         gpus_per_trial=spec.gpus_per_trial, max_concurrent_trials=spec.max_concurrent_trials,
-        source=source, notes=tuple(notes),
+        max_failures=spec.max_failures, source=source, notes=tuple(notes),
     )
 
 

@@ -327,7 +327,7 @@ def run_grid(grid: Grid, resume: bool = False, verbose: int = 1, time_budget_s: 
                                             time_budget_s=time_budget_s,
                                             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
                 run_config=tune.RunConfig(name=TUNE_DIRNAME, storage_path=str(folder), verbose=verbose,
-                                          failure_config=tune.FailureConfig(max_failures=0)),
+                                          failure_config=tune.FailureConfig(max_failures=grid.max_failures)),
             )
         results = tuner.fit()
     statuses = _statuses(results, grid, runs_dir)
