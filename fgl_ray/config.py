@@ -15,7 +15,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
-from fgl_ray.errors import default_data_dir
+from fgl_ray.errors import default_data_dir, output_folder
 
 
 class ConfigError(ValueError):
@@ -147,7 +147,8 @@ class ExperimentConfig(BaseModel):
                                             "clients: [..], rounds: [..], factor, seconds}]")
 
     # --- output
-    output_dir: Path = Field(Path("results"), description="folder that receives one subfolder per run")
+    output_dir: Path = Field(Path("results"), description="folder that receives one subfolder per run (a path or a "
+                                                        "file:// URI; relative paths are taken from the working folder)")
     run_name: Optional[str] = Field(None, description="run folder name; default algorithm-aggregator-dataset-time")
     overwrite: bool = Field(False, description="replace a run folder that already holds results (else refused)")
 
@@ -254,6 +255,11 @@ class ExperimentConfig(BaseModel):
     def _yaml_switch(cls, value: Any) -> Any:
         """YAML reads an unquoted ``on`` / ``off`` as a boolean; take it as the word it was."""
         return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+    @field_validator("output_dir", mode="before")
+    @classmethod
+    def _output_folder(cls, value: Any) -> Any:
+        return output_folder(value) if isinstance(value, (str, Path)) else value
 
     @field_validator("output_dir")
     @classmethod

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fgl_ray.config import (ConfigError, ExperimentConfig, load_config, read_yaml_mapping, validation_lines,
                             yaml_problem)
+from fgl_ray.errors import output_folder
 
 #: Fields the grid runner sets for every trial (each trial writes ``<grid>/runs/<point id>``).
 MANAGED_FIELDS = ("output_dir", "run_name")
@@ -315,7 +316,11 @@ def build_grid(document: Mapping[str, Any], name: str = "grid", root: Path | Non
     grid_name = spec.name or name
     points = _points(base, axes, heatmap, _baseline(spec))
     _check_metric(metric, points)
-    folder = Path(output_dir) if output_dir is not None else (spec.output_dir or Path("results") / "tune" / grid_name)
+    try:
+        folder = output_folder(output_dir if output_dir is not None else
+                               (spec.output_dir or Path("results") / "tune" / grid_name), "the grid's output_dir")
+    except ValueError as problem:
+        raise GridError(str(problem)) from None
     return Grid(
         name=grid_name, axes=axes, points=tuple(points), metric=metric, heatmap=heatmap, output_dir=folder,
         cpus_per_trial=None if spec.cpus_per_trial == "auto" else float(spec.cpus_per_trial),

@@ -4,7 +4,8 @@
 worker (2 CPUs, 2 fake GPUs: Ray schedules GPU shares, torch sees no CUDA and trains on CPU).
 One process holds one Ray, and the other tests share a single-node one, hence the subprocess.
 
-1. A CPU grid of four trials (2 CPUs each, checkpoint every 2 rounds, ``max_failures: 2``). A
+1. A CPU grid of four trials (2 CPUs each, checkpoint every 2 rounds, ``max_failures: 2``,
+   its folder given as a ``file://`` URI). A
    watcher removes the CPU worker as soon as a trial whose client actors run there has saved a
    checkpoint: Tune retries that trial on another node and it resumes from its checkpoint.
 2. A GPU grid of two trials (``gpus_per_trial: 1``): their client actors must land on the GPU worker.
@@ -92,7 +93,8 @@ def main() -> int:
         report["gpu"] = {"statuses": outcome.statuses, "trials": trials(folder / "gpu")}
 
         cpu_grid = load_grid(write_grid(folder, "cpu", {"lr": [0.01, 0.02, 0.03, 0.04]}, cpus_per_trial=2,
-                                        max_failures=2, base={"gpus_per_client": 0}), output_dir=folder / "cpu")
+                                        max_failures=2, base={"gpus_per_client": 0}),
+                             output_dir=(folder / "cpu").as_uri())     # a file:// URI, as on a shared filesystem
         stop, removed = threading.Event(), {}
         watcher = threading.Thread(target=remove_when_checkpointed,
                                    args=(cluster, cpu_node, folder / "cpu" / "runs", stop, removed), daemon=True)
