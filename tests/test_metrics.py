@@ -146,6 +146,26 @@ def test_head_medium_tail_custom_cuts_and_empty_group() -> None:
     assert math.isnan(got["tail"])
 
 
+@pytest.mark.parametrize("num_classes, sizes", [
+    (7, (2, 3, 2)),   # Cora: cuts at round(7/3) = 2 and round(14/3) = 5
+    (5, (2, 1, 2)),   # Chameleon: cuts at round(5/3) = 2 and round(10/3) = 3
+    (4, (1, 2, 1)),   # cuts at round(4/3) = 1 and round(8/3) = 3
+    (8, (3, 2, 3)),   # cuts at round(8/3) = 3 and round(16/3) = 5
+])
+def test_head_medium_tail_groups_when_the_class_count_is_not_divisible_by_three(num_classes, sizes) -> None:
+    order = np.random.default_rng(num_classes).permutation(num_classes)
+    expected = [name for name, size in zip(("head", "medium", "tail"), sizes) for _ in range(size)]
+    found = []
+    for rank, cls in enumerate(order):        # a matrix whose only samples are class ``cls``, all right
+        cm = np.zeros((num_classes, num_classes), dtype=np.int64)
+        cm[cls, cls] = 3
+        got = head_medium_tail(cm, order)
+        scored = [name for name, value in got.items() if not math.isnan(value)]
+        assert len(scored) == 1 and got[scored[0]] == 1.0, (rank, got)
+        found.append(scored[0])
+    assert found == expected
+
+
 def test_head_medium_tail_rejects_bad_order() -> None:
     with pytest.raises(ValueError, match="permutation"):
         head_medium_tail(np.eye(3, dtype=int), [0, 0, 1])

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 from torch_geometric.data import Data
 
-from fgl_ray.algorithms import ClientContext, build_algorithm
+from fgl_ray.algorithms import Algorithm, ClientContext, build_algorithm
 from fgl_ray.config import load_config
 from fgl_ray.data.types import ClientGraph, FederatedGraphData
 from fgl_ray.messages import GLOBAL, Broadcast, ModelState
@@ -100,11 +102,6 @@ def _broadcast_of_fixture():
     return broadcast_of
 
 
-@pytest.fixture(name="loss_and_grad")
-def _loss_and_grad_fixture():
-    return loss_and_grad
-
-
 @pytest.fixture
 def run_local():
     """``run_local(config, data, rounds)`` -> the in-process backend after ``rounds`` rounds."""
@@ -127,4 +124,52 @@ def make_client():
 
         torch.manual_seed(0)
         return ClientRuntime(graph, config, NUM_FEATURES, NUM_CLASSES)
+    return make
+
+
+@pytest.fixture
+def fedavg_after(make_config, tiny_data, run_local):
+    """``fedavg_after(rounds)`` -> the in-process FedAvg backend after ``rounds`` rounds on the tiny
+    federation with ``make_config``'s defaults: the reference of every "reduces to FedAvg" run."""
+    def run(rounds: int):
+        return run_local(make_config("fedavg"), tiny_data, rounds)
+    return run
+
+
+@dataclass
+class AnchorCase:
+    """An algorithm's client context beside FedAvg's hooks, both without dropout, for the tests that
+    the algorithm's extra term vanishes (at the anchor, before prototypes exist, with ``mu = 0``)."""
+
+    algorithm: Algorithm
+    ctx: ClientContext
+    plain: Algorithm
+
+    def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The representations and logits of the client's graph under its current model."""
+        data = self.ctx.data
+        z = self.ctx.model.encode(data.x, data.edge_index)
+        return z, self.ctx.model.classify(z, data.edge_index)
+
+    def plain_loss(self, logits: torch.Tensor) -> torch.Tensor:
+        """FedAvg's loss (the task's cross-entropy) of ``logits``."""
+        return self.plain.loss(self.ctx, self.ctx.data, logits)
+
+    def assert_vanishes(self, loss: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """``loss`` equals FedAvg's loss of ``logits`` exactly, and its gradient equals FedAvg's;
+        returns FedAvg's loss value."""
+        got = loss_and_grad(self.ctx.model, loss)
+        want = loss_and_grad(self.ctx.model, self.plain_loss(logits))
+        assert torch.equal(got[0], want[0])
+        torch.testing.assert_close(got[1], want[1])
+        return want[0]
+
+
+@pytest.fixture
+def anchor_case(make_config, make_context):
+    """``anchor_case(algorithm, **changes)`` -> an :class:`AnchorCase` (dropout off in both configs)."""
+    def make(algorithm: str, **changes) -> AnchorCase:
+        own, ctx = make_context(make_config(algorithm, dropout=0.0, **changes))
+        plain, _ = make_context(make_config("fedavg", dropout=0.0))
+        return AnchorCase(own, ctx, plain)
     return make

@@ -51,16 +51,13 @@ def test_server_keeps_h_and_corrects_the_aggregated_model(make_config, tiny_data
     torch.testing.assert_close(server.models[GLOBAL].params, theta2 + d3 - h2 / alpha)
 
 
-def test_extra_terms_vanish_at_round_zero(make_config, make_context, broadcast_of, loss_and_grad):
-    dyn, ctx = make_context(make_config("feddyn", algorithm_options={"alpha": 0.5}, dropout=0.0))
-    avg, _ = make_context(make_config("fedavg", dropout=0.0))
+def test_extra_terms_vanish_at_round_zero(anchor_case, broadcast_of):
+    case = anchor_case("feddyn", algorithm_options={"alpha": 0.5})
+    ctx = case.ctx
     assert torch.equal(ctx.state["feddyn_grad"], torch.zeros_like(trainable_vector(ctx.model)))
-    dyn.receive(ctx, broadcast_of(ctx.model))
-    logits = ctx.model(ctx.data.x, ctx.data.edge_index)
-    got = loss_and_grad(ctx.model, dyn.loss(ctx, ctx.data, logits))
-    want = loss_and_grad(ctx.model, avg.loss(ctx, ctx.data, logits))
-    assert torch.equal(got[0], want[0])
-    torch.testing.assert_close(got[1], want[1])
+    case.algorithm.receive(ctx, broadcast_of(ctx.model))
+    _, logits = case.forward()
+    case.assert_vanishes(case.algorithm.loss(ctx, ctx.data, logits), logits)
 
 
 def test_client_gradient_state_follows_the_update_rule_across_rounds(make_config, make_client, ring_graph,

@@ -193,3 +193,51 @@ def test_clients_are_weighted_by_node_count_by_default(make_config, make_client,
     client = make_client(make_config("fedepd", algorithm_options=options), graph)
     update = client.train(broadcast_of(client.ctx.model))
     assert update.num_samples == count(graph.data) != (graph.data.num_nodes if weighting == "train_nodes" else -1)
+
+
+@pytest.mark.parametrize("schedule", ["alternate", "sequential"])
+def test_the_schedule_runs_local_epochs_steps_of_each_stage_in_its_order(make_config, make_context, schedule):
+    epochs = 3
+    config = make_config("fedepd", local_epochs=epochs, dropout=0.0, algorithm_options={"schedule": schedule})
+    algorithm, ctx = make_context(config)
+    twin, twin_ctx = make_context(config)                                  # the same initial model
+    ctx.server_stats = twin_ctx.server_stats = prototype_stats()
+    assert algorithm.local_train(ctx)["calibrated"] == 1.0
+    twin_ctx.model.train()
+    stage_one, stage_two = (lambda: twin.base_step(twin_ctx)), (lambda: twin.calibration_step(twin_ctx))
+    steps = [stage_one, stage_two] * epochs if schedule == "alternate" else [stage_one] * epochs + [stage_two] * epochs
+    for step in steps:
+        step()
+    assert all(torch.equal(a, b) for a, b in zip(params_of(ctx.model), params_of(twin_ctx.model)))
+
+
+def _relabelled_outside_training(graph):
+    """``graph`` with every validation and test node moved to the next class (training labels kept)."""
+    from fgl_ray.data.types import ClientGraph
+
+    data = graph.data.clone()
+    held_out = ~data.train_mask
+    data.y = torch.where(held_out, (data.y + 1) % NUM_CLASSES, data.y)
+    return ClientGraph(client_id=graph.client_id, domain=graph.domain, data=data)
+
+
+def test_nothing_a_client_caches_reads_validation_or_test_labels(make_config, make_context, ring_graph):
+    graph = ring_graph(0)
+    other = _relabelled_outside_training(graph)
+    config = make_config("fedepd")                                          # homophily_labels: train
+    algorithm, ctx = make_context(config, graph)
+    _, moved = make_context(config, other)
+    assert ctx.state.keys() == moved.state.keys()
+    for key, value in ctx.state.items():
+        assert torch.equal(torch.as_tensor(value), torch.as_tensor(moved.state[key])), key
+    ctx.server_stats = moved.server_stats = prototype_stats()            # both stages train identically too
+    torch.manual_seed(0)
+    algorithm.local_train(ctx)
+    torch.manual_seed(0)
+    algorithm.local_train(moved)
+    assert all(torch.equal(a, b) for a, b in zip(params_of(ctx.model), params_of(moved.model)))
+    # the relabelling does reach the literal gate (all neighbours' labels), so the check above has teeth
+    literal = make_config("fedepd", algorithm_options={"homophily_labels": "all"})
+    _, leaky = make_context(literal, graph)
+    _, leaky_moved = make_context(literal, other)
+    assert not torch.equal(leaky.state["homophily"], leaky_moved.state["homophily"])

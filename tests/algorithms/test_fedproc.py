@@ -36,40 +36,34 @@ def test_alpha_anneals_from_one_to_zero():
     assert [annealed_alpha(t, total) for t in range(total + 2)] == [1 - t / total for t in range(total + 1)] + [0.0]
 
 
-def test_without_global_prototypes_the_loss_is_cross_entropy(make_config, make_context, broadcast_of, loss_and_grad):
-    proc, ctx = make_context(make_config("fedproc", dropout=0.0))
-    avg, _ = make_context(make_config("fedavg", dropout=0.0))
+def test_without_global_prototypes_the_loss_is_cross_entropy(anchor_case, broadcast_of):
+    case = anchor_case("fedproc")
+    proc, ctx = case.algorithm, case.ctx
     proc.receive(ctx, broadcast_of(ctx.model, round_index=2))
-    z = ctx.model.encode(ctx.data.x, ctx.data.edge_index)
-    logits = ctx.model.classify(z, ctx.data.edge_index)
-    want = loss_and_grad(ctx.model, avg.loss(ctx, ctx.data, logits))
+    z, logits = case.forward()
     for stats in ({}, {"prototypes": torch.randn(NUM_CLASSES, HIDDEN),
                        "present": torch.zeros(NUM_CLASSES, dtype=torch.bool)}):
         ctx.server_stats = stats
-        got = loss_and_grad(ctx.model, proc.objective(ctx, ctx.data, z, logits))
-        assert torch.equal(got[0], want[0])
-        torch.testing.assert_close(got[1], want[1])
+        case.assert_vanishes(proc.objective(ctx, ctx.data, z, logits), logits)
 
 
 @pytest.mark.parametrize("options", [{}, {"constant_alpha": 0.3, "weight": 2.0}, {"anneal_rounds": 8}])
-def test_loss_mixes_contrastive_and_cross_entropy(make_config, make_context, broadcast_of, options):
-    proc, ctx = make_context(make_config("fedproc", algorithm_options=options, rounds=4, dropout=0.0))
-    avg, _ = make_context(make_config("fedavg", dropout=0.0))
+def test_loss_mixes_contrastive_and_cross_entropy(anchor_case, broadcast_of, options):
+    case = anchor_case("fedproc", algorithm_options=options, rounds=4)
+    proc, ctx = case.algorithm, case.ctx
     prototypes, present = torch.randn(NUM_CLASSES, HIDDEN), torch.tensor([True, True, False])
     proc.receive(ctx, broadcast_of(ctx.model, round_index=1, stats={"prototypes": prototypes, "present": present}))
-    z = ctx.model.encode(ctx.data.x, ctx.data.edge_index)
-    logits = ctx.model.classify(z, ctx.data.edge_index)
+    z, logits = case.forward()
     nodes = ctx.data.train_mask & present[ctx.data.y]
     pc = prototype_contrastive_loss(z[nodes], ctx.data.y[nodes], prototypes, present, 0.5)
     alpha = options.get("constant_alpha", 1 - 1 / options.get("anneal_rounds", 4))
-    expected = alpha * options.get("weight", 1.0) * pc + (1 - alpha) * avg.loss(ctx, ctx.data, logits)
+    expected = alpha * options.get("weight", 1.0) * pc + (1 - alpha) * case.plain_loss(logits)
     torch.testing.assert_close(proc.objective(ctx, ctx.data, z, logits), expected)
 
 
-def test_round_index_and_prototypes_carry_across_rounds(make_config, tiny_data, run_local):
+def test_round_index_and_prototypes_carry_across_rounds(make_config, tiny_data, run_local, fedavg_after):
     proc = run_local(make_config("fedproc"), tiny_data, rounds=1)
-    avg = run_local(make_config("fedavg"), tiny_data, rounds=1)
-    assert torch.equal(proc.global_weights(), avg.global_weights())     # round 0: no prototypes, plain CE
+    assert torch.equal(proc.global_weights(), fedavg_after(1).global_weights())   # round 0: no prototypes, plain CE
     assert proc.server.algorithm.present.all()
     first = proc.server.algorithm.prototypes.clone()
     proc.run_round(1)

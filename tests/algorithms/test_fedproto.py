@@ -45,18 +45,13 @@ def test_merge_ignores_clients_without_a_class():
     torch.testing.assert_close(unweighted[1], (a[0][1] + b[0][1]) / 2)
 
 
-def test_without_global_prototypes_the_loss_is_cross_entropy(make_config, make_context, loss_and_grad):
-    proto, ctx = make_context(make_config("fedproto", dropout=0.0))
-    avg, _ = make_context(make_config("fedavg", dropout=0.0))
-    z = ctx.model.encode(ctx.data.x, ctx.data.edge_index)
-    logits = ctx.model.classify(z, ctx.data.edge_index)
-    want = loss_and_grad(ctx.model, avg.loss(ctx, ctx.data, logits))
+def test_without_global_prototypes_the_loss_is_cross_entropy(anchor_case):
+    case = anchor_case("fedproto")
+    z, logits = case.forward()
     for stats in ({}, {"prototypes": torch.randn(NUM_CLASSES, HIDDEN),
                        "present": torch.zeros(NUM_CLASSES, dtype=torch.bool)}):
-        ctx.server_stats = stats
-        got = loss_and_grad(ctx.model, proto.objective(ctx, ctx.data, z, logits))
-        assert torch.equal(got[0], want[0])
-        torch.testing.assert_close(got[1], want[1])
+        case.ctx.server_stats = stats
+        case.assert_vanishes(case.algorithm.objective(case.ctx, case.ctx.data, z, logits), logits)
 
 
 def test_regulariser_is_mse_over_training_nodes_whose_class_has_a_prototype(make_config, make_context):
@@ -85,9 +80,9 @@ def test_uploads_have_exactly_the_declared_shapes(make_config, make_client, ring
     assert update.stats["counts"][0] == 0 and torch.equal(update.stats["prototypes"][0], torch.zeros(config.hidden))
 
 
-def test_first_round_is_fedavg_and_later_rounds_use_the_prototypes(make_config, tiny_data, run_local):
+def test_first_round_is_fedavg_and_later_rounds_use_the_prototypes(make_config, tiny_data, run_local, fedavg_after):
     proto = run_local(make_config("fedproto"), tiny_data, rounds=1)
-    avg = run_local(make_config("fedavg"), tiny_data, rounds=1)
+    avg = fedavg_after(1)
     assert torch.equal(proto.global_weights(), avg.global_weights())
     proto.run_round(1)
     avg.run_round(1)

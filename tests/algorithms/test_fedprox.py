@@ -16,34 +16,29 @@ def test_options_default_to_openfgl_and_reject_unknown_names(make_config):
         make_config("fedprox", algorithm_options={"lambda": 1.0})
 
 
-def test_at_the_global_point_loss_and_gradient_equal_fedavg(make_config, make_context, broadcast_of, loss_and_grad):
-    prox, ctx = make_context(make_config("fedprox", algorithm_options={"mu": 0.5}, dropout=0.0))
-    avg, _ = make_context(make_config("fedavg", dropout=0.0))
-    prox.receive(ctx, broadcast_of(ctx.model))
-    logits = ctx.model(ctx.data.x, ctx.data.edge_index)
-    got = loss_and_grad(ctx.model, prox.loss(ctx, ctx.data, logits))
-    want = loss_and_grad(ctx.model, avg.loss(ctx, ctx.data, logits))
-    assert torch.equal(got[0], want[0])
-    torch.testing.assert_close(got[1], want[1])
+def test_at_the_global_point_loss_and_gradient_equal_fedavg(anchor_case, broadcast_of):
+    case = anchor_case("fedprox", algorithm_options={"mu": 0.5})
+    case.algorithm.receive(case.ctx, broadcast_of(case.ctx.model))
+    _, logits = case.forward()
+    case.assert_vanishes(case.algorithm.loss(case.ctx, case.ctx.data, logits), logits)
 
 
-def test_away_from_the_global_point_the_term_is_half_mu_squared_distance(make_config, make_context, broadcast_of):
+def test_away_from_the_global_point_the_term_is_half_mu_squared_distance(anchor_case, broadcast_of):
     mu = 0.5
-    prox, ctx = make_context(make_config("fedprox", algorithm_options={"mu": mu}, dropout=0.0))
-    avg, _ = make_context(make_config("fedavg", dropout=0.0))
+    case = anchor_case("fedprox", algorithm_options={"mu": mu})
+    prox, ctx = case.algorithm, case.ctx
     prox.receive(ctx, broadcast_of(ctx.model))
     global_weights = trainable_vector(ctx.model)
     moved = global_weights + 0.1 * torch.randn_like(global_weights)
     load_trainable_vector(ctx.model, moved)
-    logits = ctx.model(ctx.data.x, ctx.data.edge_index)
-    extra = prox.loss(ctx, ctx.data, logits) - avg.loss(ctx, ctx.data, logits)
+    _, logits = case.forward()
+    extra = prox.loss(ctx, ctx.data, logits) - case.plain_loss(logits)
     torch.testing.assert_close(extra, 0.5 * mu * (moved - global_weights).pow(2).sum())
 
 
-def test_mu_zero_trains_exactly_like_fedavg(make_config, tiny_data, run_local):
+def test_mu_zero_trains_exactly_like_fedavg(make_config, tiny_data, run_local, fedavg_after):
     prox = run_local(make_config("fedprox", algorithm_options={"mu": 0.0}), tiny_data, rounds=2)
-    avg = run_local(make_config("fedavg"), tiny_data, rounds=2)
-    assert torch.equal(prox.global_weights(), avg.global_weights())
+    assert torch.equal(prox.global_weights(), fedavg_after(2).global_weights())
 
 
 def test_anchor_is_the_latest_global_model_and_no_statistics_are_uploaded(make_config, tiny_data, run_local):

@@ -36,33 +36,28 @@ def test_without_a_previous_model_the_term_vanishes_and_global_as_negative_has_n
     torch.testing.assert_close(grad, torch.zeros_like(grad))
 
 
-def test_mu_zero_equals_cross_entropy_when_a_previous_model_exists(make_config, make_context, broadcast_of,
-                                                                   loss_and_grad):
-    moon, ctx = make_context(make_config("moon", algorithm_options={"mu": 0.0}, dropout=0.0))
-    avg, _ = make_context(make_config("fedavg", dropout=0.0))
+def test_mu_zero_equals_cross_entropy_when_a_previous_model_exists(anchor_case, broadcast_of):
+    case = anchor_case("moon", algorithm_options={"mu": 0.0})
+    moon, ctx = case.algorithm, case.ctx
     moon.receive(ctx, broadcast_of(ctx.model))
     moon.local_train(ctx)                      # creates the previous local model
     z_glob, z_prev = moon._targets(ctx, ctx.data)
     assert z_prev is not None
-    z = ctx.model.encode(ctx.data.x, ctx.data.edge_index)
-    logits = ctx.model.classify(z, ctx.data.edge_index)
-    got = loss_and_grad(ctx.model, moon_objective(moon, ctx, z, logits, (z_glob, z_prev)))
-    want = loss_and_grad(ctx.model, avg.loss(ctx, ctx.data, logits))
-    assert torch.equal(got[0], want[0])
-    torch.testing.assert_close(got[1], want[1])
+    z, logits = case.forward()
+    plain = case.assert_vanishes(moon_objective(moon, ctx, z, logits, (z_glob, z_prev)), logits)
     moon.options = moon.Options(mu=1.0)
-    assert moon_objective(moon, ctx, z, logits, (z_glob, z_prev)) > want[0]
+    assert moon_objective(moon, ctx, z, logits, (z_glob, z_prev)) > plain
 
 
-def test_mu_zero_trains_exactly_like_fedavg(make_config, tiny_data, run_local):
+def test_mu_zero_trains_exactly_like_fedavg(make_config, tiny_data, run_local, fedavg_after):
     moon = run_local(make_config("moon", algorithm_options={"mu": 0.0}), tiny_data, rounds=3)
-    avg = run_local(make_config("fedavg"), tiny_data, rounds=3)
-    assert torch.equal(moon.global_weights(), avg.global_weights())
+    assert torch.equal(moon.global_weights(), fedavg_after(3).global_weights())
 
 
-def test_first_round_is_plain_cross_entropy_then_the_negative_term_acts(make_config, tiny_data, run_local):
+def test_first_round_is_plain_cross_entropy_then_the_negative_term_acts(make_config, tiny_data, run_local,
+                                                                        fedavg_after):
     moon = run_local(make_config("moon"), tiny_data, rounds=1)
-    avg = run_local(make_config("fedavg"), tiny_data, rounds=1)
+    avg = fedavg_after(1)
     assert torch.equal(moon.global_weights(), avg.global_weights())
     moon.run_round(1)
     avg.run_round(1)

@@ -83,3 +83,68 @@ def test_local_evaluation_before_any_training_uses_the_broadcast(tiny_config, ti
     moved = _broadcast(runtime, 0, shift=0.5)
     runtime.evaluate(moved)
     torch.testing.assert_close(runtime.weights(), moved.models["global"].params)
+
+
+def test_the_update_is_the_descent_direction_one_plain_sgd_step_sends_the_gradient(tiny_config, tiny_data):
+    """``update = (before - after) / lr`` (the FedIA convention): after one full-batch SGD step
+    without momentum or decay it is the loss gradient at the received model, and the server's step
+    ``W - lr * update`` lands on the client's trained model."""
+    from fgl_ray.params import shared_parameters
+
+    lr = 0.1
+    config = tiny_config(optimizer="sgd", momentum=0.0, weight_decay=0.0, dropout=0.0, local_epochs=1, lr=lr)
+    runtime = ClientRuntime(tiny_data.clients[0], config, tiny_data.num_features, tiny_data.num_classes)
+    broadcast = _broadcast(runtime, 0)
+    ctx, task = runtime.ctx, runtime.task
+    ctx.model.train()
+    loss = runtime.algorithm.loss(ctx, ctx.data, task.classify(ctx.model, task.encode(ctx.model, ctx.data), ctx.data))
+    gradient = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, shared_parameters(ctx.model))])
+    update = runtime.train(broadcast).update
+    assert float(gradient.norm()) > 0
+    torch.testing.assert_close(update, gradient, rtol=1e-3, atol=1e-5)
+    torch.testing.assert_close(broadcast.models["global"].params - lr * update, runtime.weights())
+
+
+class _Frozen(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
+        self.frozen = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+
+
+def _two_constant_gradient_steps(config):
+    """Two optimizer steps of ``build_optimizer`` on ``loss = c . w`` (gradient ``c`` every step)."""
+    from fgl_ray.runtime.client import build_optimizer
+
+    model = _Frozen()
+    optimizer = build_optimizer(config, model)
+    assert [id(p) for group in optimizer.param_groups for p in group["params"]] == [id(model.w)]
+    c = torch.tensor([1.0, 2.0, -3.0])
+    trajectory = [model.w.detach().clone()]
+    for _ in range(2):
+        optimizer.zero_grad()
+        (c * model.w).sum().backward()
+        optimizer.step()
+        trajectory.append(model.w.detach().clone())
+    return c, trajectory
+
+
+def test_build_optimizer_makes_sgd_with_the_configs_lr_momentum_and_weight_decay(tiny_config):
+    lr, momentum, decay = 0.1, 0.7, 0.5
+    c, (w0, w1, w2) = _two_constant_gradient_steps(tiny_config(optimizer="sgd", lr=lr, momentum=momentum,
+                                                               weight_decay=decay))
+    d1 = c + decay * w0                                       # L2 decay enters the gradient
+    torch.testing.assert_close(w1, w0 - lr * d1)              # the momentum buffer starts at d1
+    torch.testing.assert_close(w2, w1 - lr * (momentum * d1 + c + decay * w1))
+
+
+def test_build_optimizer_makes_adam_with_the_configs_lr_and_coupled_weight_decay(tiny_config):
+    lr, decay, (b1, b2), eps = 0.1, 0.5, (0.9, 0.999), 1e-8   # torch's default betas and eps
+    c, (w0, w1, w2) = _two_constant_gradient_steps(tiny_config(optimizer="adam", lr=lr, weight_decay=decay))
+    m = v = torch.zeros(3)
+    w = w0
+    for t, expected in ((1, w1), (2, w2)):                    # Kingma & Ba, Algorithm 1, with L2 in the gradient
+        d = c + decay * w
+        m, v = b1 * m + (1 - b1) * d, b2 * v + (1 - b2) * d * d
+        w = w - lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps)
+        torch.testing.assert_close(expected, w)

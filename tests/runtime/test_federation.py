@@ -297,3 +297,42 @@ def test_a_kill_fault_needs_the_ray_backend(tiny_config):
 
     with pytest.raises(ConfigError, match="kill fault ends a client actor's process, so it needs backend 'ray'"):
         tiny_config(backend="local", faults=[{"kind": "kill", "clients": [0]}])
+
+
+def test_a_client_failing_evaluation_is_recorded_and_the_coverage_says_so(tiny_config, tiny_data, monkeypatch):
+    from fgl_ray.runtime.client import ClientRuntime
+
+    evaluate = ClientRuntime.evaluate
+
+    def flaky(self, broadcast):
+        if self.client_id == 1:
+            raise RuntimeError("no evaluation today")
+        return evaluate(self, broadcast)
+
+    monkeypatch.setattr(ClientRuntime, "evaluate", flaky)
+    result = run_experiment(tiny_config(backend="local", rounds=1), tiny_data, progress=False)
+    frame = read_metrics(result.run_dir)
+    failed = frame[frame.metric == "failed"]
+    assert list(zip(failed["round"], failed.client_id, failed.split)) == [(0, "1", "evaluate")]
+    tested = frame[(frame.split == "test") & (frame.metric == "accuracy") & (frame.client_id != "server")]
+    assert sorted(tested.client_id) == ["0", "2"]
+    log = [json.loads(line) for line in (result.run_dir / "failures.jsonl").read_text().splitlines()]
+    assert [(f["client_id"], f["phase"]) for f in log] == [(1, "evaluate")]
+    assert "no evaluation today" in log[0]["reason"]
+    coverage = result.summary["coverage"]
+    assert coverage["clients_evaluated_last"] == 2 and not coverage["complete"]
+
+
+def test_sampled_clients_train_and_every_client_is_scored_every_eval_every_rounds(tiny_config, tiny_data):
+    # 3 clients, fraction 2/3: two train per round; 5 rounds, every 2nd: scored after rounds 1, 3 and the last, 4
+    result = run_experiment(tiny_config(backend="local", rounds=5, fraction_fit=0.67, eval_every=2), tiny_data,
+                            progress=False)
+    trained = _trained_clients(result.run_dir)
+    assert sorted(trained) == [0, 1, 2, 3, 4] and all(len(clients) == 2 for clients in trained.values())
+    assert len({tuple(clients) for clients in trained.values()}) > 1
+    frame = read_metrics(result.run_dir)
+    tested = frame[(frame.split == "test") & (frame.metric == "accuracy") & (frame.client_id != "server")]
+    assert {int(r): sorted(c) for r, c in tested.groupby("round").client_id} == {1: ["0", "1", "2"],
+                                                                                3: ["0", "1", "2"],
+                                                                                4: ["0", "1", "2"]}
+    assert result.summary["coverage"]["complete"]
