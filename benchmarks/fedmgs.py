@@ -61,8 +61,8 @@ TWO_VIEW_TASKS = ("node-classification", "link-prediction")
 
 
 def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, options: dict, model_options: dict,
-        seed: int, args, data_cache: dict) -> float:
-    """One federation's pooled test headline metric, last-20 mean."""
+        seed: int, args, data_cache: dict) -> dict[str, float] | None:
+    """One federation's pooled test metrics, last-20 means (None: not run, ``--finished-only``)."""
     model_options = ({"readout_context": args.readout_context} if args.readout_context else {}) | model_options
     values = {"dataset": dataset, "task": task, "missing": f"{TASK_MISSING[task]}:{rate}", "num_clients": clients,
               "algorithm": algorithm, "algorithm_options": options, "model_options": model_options, "seed": seed,
@@ -73,37 +73,58 @@ def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, opti
     if args.data_dir:
         values["data_dir"] = str(args.data_dir)
     config = load_config(values)
-    if args.reuse and (summary := finished_summary(config)):
-        return summary["all"][TASKS.get(task).headline]["mean"]
-    key = (dataset, task, rate, clients)
-    if key not in data_cache:
-        data_cache[key] = build_federated_data(config)
-    started = time.perf_counter()
-    summary = run_experiment(config, data_cache[key], progress=False).summary
-    value = summary["all"][TASKS.get(task).headline]["mean"]
-    print(f"{values['run_name']}: {value:.4f} ({time.perf_counter() - started:.0f} s)", flush=True)
-    return value
+    summary = finished_summary(config) if args.reuse or args.finished_only else None
+    if summary is None and args.finished_only:
+        return None
+    if summary is None:
+        key = (dataset, task, rate, clients)
+        if key not in data_cache:
+            data_cache[key] = build_federated_data(config)
+        started = time.perf_counter()
+        summary = run_experiment(config, data_cache[key], progress=False).summary
+        print(f"{values['run_name']}: {summary['all'][TASKS.get(task).headline]['mean']:.4f} "
+              f"({time.perf_counter() - started:.0f} s)", flush=True)
+    return {metric: entry["mean"] for metric, entry in summary["all"].items()}
 
 
-def cell(values: list[float]) -> str:
-    return f"{100 * np.mean(values):.2f}±{100 * np.std(values):.2f}"
+def cell(values: list[float | None]) -> str:
+    """mean±std in %, over the seeds that ran (their count when some did not)."""
+    done = [v for v in values if v is not None]
+    if not done:
+        return "—"
+    count = f" ({len(done)})" if len(done) < len(values) else ""
+    return f"{100 * np.mean(done):.2f}±{100 * np.std(done):.2f}{count}"
 
 
-def grid_table(dataset: str, task: str, methods: dict, rates, clients, args, data_cache,
-               others: str = "best baseline") -> str:
+def mean_of(values: list[float | None]) -> float:
+    done = [v for v in values if v is not None]
+    return float(np.mean(done)) if done else float("nan")
+
+
+def grid_tables(dataset: str, task: str, methods: dict, rates, clients, args, data_cache,
+                others: str = "best baseline") -> str:
+    """The task's headline table; for the cross-modal tasks also the same metric over complete nodes
+    only (a synthesised modality is built from the node's other one, which flatters matching)."""
     columns = [(k, r) for k in clients for r in rates]
     results = {label: {c: [run(dataset, task, c[1], c[0], *spec, seed, args, data_cache) for seed in range(args.seeds)]
                        for c in columns} for label, spec in methods.items()}
-    header = (f"| {dataset}: {task} ({TASKS.get(task).headline}, {TASK_MISSING[task]}-level) | "
-              + " | ".join(f"K={k} ρ={r}" for k, r in columns) + " |\n|---|" + "---|" * len(columns) + "\n")
-    lines = [f"| {label} | " + " | ".join(cell(results[label][c]) for c in columns) + " |" for label in results]
-    if "FedMGS" in results and len(results) > 1:
-        margins = []
-        for c in columns:
-            best = max(np.mean(results[label][c]) for label in results if label != "FedMGS")
-            margins.append(f"{100 * (np.mean(results['FedMGS'][c]) - best):+.2f}")
-        lines.append(f"| *FedMGS − {others}* | " + " | ".join(margins) + " |")
-    return header + "\n".join(lines) + "\n"
+    headline = TASKS.get(task).headline
+    metrics = [headline] + ([f"{headline}_complete"] if task in ("modality-matching", "modality-retrieval") else [])
+    tables = []
+    for metric in metrics:
+        picked = {label: {c: [None if r is None else r[metric] for r in runs] for c, runs in by_column.items()}
+                  for label, by_column in results.items()}
+        header = (f"| {dataset}: {task} ({metric}, {TASK_MISSING[task]}-level) | "
+                  + " | ".join(f"K={k} ρ={r}" for k, r in columns) + " |\n|---|" + "---|" * len(columns) + "\n")
+        lines = [f"| {label} | " + " | ".join(cell(picked[label][c]) for c in columns) + " |" for label in picked]
+        if "FedMGS" in picked and len(picked) > 1:
+            margins = []
+            for c in columns:
+                best = max(mean_of(picked[label][c]) for label in picked if label != "FedMGS")
+                margins.append(f"{100 * (mean_of(picked['FedMGS'][c]) - best):+.2f}")
+            lines.append(f"| *FedMGS − {others}* | " + " | ".join(margins) + " |")
+        tables.append(header + "\n".join(lines) + "\n")
+    return "\n".join(tables)
 
 
 def note(args, what: str) -> str:
@@ -114,7 +135,7 @@ def note(args, what: str) -> str:
 
 def main_part(args) -> None:
     cache: dict = {}
-    tables = [grid_table("synthetic-mm", task, METHODS, args.rates, args.clients, args, cache) for task in args.tasks]
+    tables = [grid_tables("synthetic-mm", task, METHODS, args.rates, args.clients, args, cache) for task in args.tasks]
     body = note(args, "synthetic-mm with its default settings") + "\n".join(tables)
     replace_section(f"fedmgs-main{args.section_suffix}", body, args.results_file)
     print(body)
@@ -123,7 +144,7 @@ def main_part(args) -> None:
 def ablation_part(args) -> None:
     cache: dict = {}
     methods = {label: ("fedmgs", options, {}) for label, options in ABLATIONS.items()}
-    tables = [grid_table("synthetic-mm", task, methods, (0.5,), (5,), args, cache, others="best ablated variant")
+    tables = [grid_tables("synthetic-mm", task, methods, (0.5,), (5,), args, cache, others="best ablated variant")
               for task in args.tasks]
     body = note(args, "synthetic-mm, K = 5, rate 0.5; each row removes one component") + "\n".join(tables)
     replace_section(f"fedmgs-ablation{args.section_suffix}", body, args.results_file)
@@ -132,7 +153,7 @@ def ablation_part(args) -> None:
 
 def two_view_part(args) -> None:
     cache: dict = {}
-    tables = [grid_table(dataset, task, METHODS, RATES, (5,), args, cache)
+    tables = [grid_tables(dataset, task, METHODS, RATES, (5,), args, cache)
               for dataset in ("cora-mm", "citeseer-mm") for task in TWO_VIEW_TASKS]
     body = note(args, "Cora and CiteSeer as two views (bag-of-words text, 128-dim NetMF structure), K = 5") \
         + "\n".join(tables)
@@ -187,6 +208,8 @@ def main() -> None:
     parser.add_argument("--results-file", type=Path, default=None)
     parser.add_argument("--section-suffix", default="", help="write the tables to sections named with this suffix")
     parser.add_argument("--reuse", action="store_true", help="reuse finished runs of the same name under --out")
+    parser.add_argument("--finished-only", action="store_true",
+                        help="tables from the finished runs only: run nothing; a cell shows (n) when fewer seeds ran")
     args = parser.parse_args()
     {"main": main_part, "ablation": ablation_part, "two-view": two_view_part, "cost": cost_part}[args.part](args)
 
