@@ -1,6 +1,6 @@
 """Run outputs: the long-format metrics table, manifest, summary, plots and text tables."""
 
-from fgl_ray.results.manifest import git_revision, package_versions, write_manifest
+from fgl_ray.results.manifest import git_revision, package_versions, record_resume, write_manifest
 from fgl_ray.results.plots import (per_class_accuracy, plot_class_accuracy, plot_learning_curves,
                                   plot_update_diagnostics)
 from fgl_ray.results.summary import round_tables, server_rows, summarize, write_summary
@@ -34,6 +34,7 @@ __all__ = [
     "round_tables",
     "server_rows",
     "summarize",
+    "record_resume",
     "write_manifest",
     "write_summary",
 ]

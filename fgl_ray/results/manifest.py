@@ -130,3 +130,16 @@ def write_manifest(
         "extra": dict(extra or {}),
     }
     return write_json(Path(run_dir) / MANIFEST_NAME, manifest)
+
+
+def record_resume(run_dir: str | os.PathLike[str], from_round: int, config: Mapping[str, Any]) -> Path:
+    """Appends to the manifest's ``resumes`` when, where and with which runtime settings a run was
+    continued from its checkpoint at ``from_round``."""
+    path = Path(run_dir) / MANIFEST_NAME
+    manifest = json.loads(path.read_text())
+    manifest.setdefault("resumes", []).append({
+        "from_round": from_round, "time": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "hostname": socket.gethostname(), "git_revision": git_revision(),
+        "backend": config.get("backend"), "torch_threads": config.get("torch_threads"),
+    })
+    return write_json(path, manifest)

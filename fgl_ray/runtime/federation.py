@@ -20,7 +20,7 @@ from fgl_ray.data.types import FederatedGraphData
 from fgl_ray.metrics import class_frequency_order
 from fgl_ray.models.base import model_options
 from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_accuracy, plot_class_accuracy,
-                             plot_learning_curves, plot_update_diagnostics, read_metrics, summarize,
+                             plot_learning_curves, plot_update_diagnostics, read_metrics, record_resume, summarize,
                              write_manifest, write_summary)
 from fgl_ray.results.plots import cluster_table, plot_cluster_membership
 from fgl_ray.results.references import reference_scores
@@ -179,6 +179,7 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
         with (run_dir / "failures.jsonl").open("r+") as log:
             log.truncate(checkpoint.driver["failure_bytes"])
         first = checkpointed = checkpoint.next_round
+        record_resume(run_dir, first, config.model_dump(mode="json"))
     bar = tqdm(range(first, config.rounds), desc=run_id, unit="round", disable=not progress, leave=True,
                initial=first, total=config.rounds)
     try:

@@ -58,6 +58,8 @@ def test_a_crashed_and_resumed_run_equals_the_uninterrupted_one(tiny_config, tin
     assert resumed.summary["coverage"]["complete"] and resumed.summary["coverage"]["rounds"] == 6
     assert not (resumed.run_dir / CHECKPOINT_FILE).exists()              # finished: nothing left to resume
     assert "checkpoint" not in resumed.summary
+    (resume,) = json.loads((resumed.run_dir / "manifest.json").read_text())["resumes"]
+    assert resume["from_round"] == 2 and resume["backend"] == "local"
 
 
 def test_resuming_from_an_older_checkpoint_redoes_the_later_rounds(tiny_config, tiny_data):
