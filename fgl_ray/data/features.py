@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import scipy.sparse as sp
 import torch
-from sklearn.decomposition import TruncatedSVD
 from torch import Tensor
 from torch.nn.functional import pad
 
@@ -59,6 +58,8 @@ def shared_svd_features(domains: Sequence[DomainGraph], dim: int, seed: int) -> 
         raise ValueError(f"a shared SVD needs one feature width across domains, got widths {widths}")
     union = sp.vstack([sp.csr_matrix(domain.data.x.numpy()) for domain in domains]).tocsr()
     rank = min(dim, union.shape[0], union.shape[1] - 1)
+    from sklearn.decomposition import TruncatedSVD   # here: importing sklearn costs 0.7 s, every run would pay it
+
     svd = TruncatedSVD(n_components=rank, random_state=seed).fit(union)
     projected = []
     for domain in domains:
@@ -82,6 +83,8 @@ def reduce_features(x: Tensor, dim: int, seed: int) -> Tensor:
     """
     rank = min(dim, x.size(0))
     if x.size(1) > rank:
+        from sklearn.decomposition import TruncatedSVD
+
         svd = TruncatedSVD(n_components=rank, random_state=seed)
         x = torch.from_numpy(svd.fit_transform(sp.csr_matrix(x.numpy())))
     return pad(x.float(), (0, dim - x.size(1)))
