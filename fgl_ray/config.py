@@ -148,7 +148,7 @@ class ExperimentConfig(BaseModel):
 
     # --- output
     output_dir: Path = Field(Path("results"), description="folder that receives one subfolder per run (a path or a "
-                                                        "file:// URI; relative paths are taken from the working folder)")
+                                                        "file:// URI)")
     run_name: Optional[str] = Field(None, description="run folder name; default algorithm-aggregator-dataset-time")
     overwrite: bool = Field(False, description="replace a run folder that already holds results (else refused)")
 

@@ -22,9 +22,8 @@ def default_data_dir() -> Path:
 
 
 def output_folder(value: str | Path, what: str = "output_dir") -> Path:
-    """An output location as an absolute folder: a path (relative to the working folder of the
-    process that reads the config, so trials on other nodes write to the same place) or a
-    ``file://`` URI.
+    """An output location as a folder: a path or a ``file://`` URI (a grid resolves its folder
+    once, on the driver, so trials on every node write to the same place).
 
     Raises:
         ValueError: another URI scheme (object stores are not written directly).
@@ -36,4 +35,4 @@ def output_folder(value: str | Path, what: str = "output_dir") -> Path:
             raise ValueError(f"{what} {text!r}: only folders (a path or a file:// URI) are supported, not "
                              f"{parsed.scheme}:// storage; mount it (s3fs, gcsfuse) or use a folder every node shares")
         text = unquote(parsed.netloc + parsed.path)
-    return Path(text).expanduser().absolute()
+    return Path(text).expanduser()
