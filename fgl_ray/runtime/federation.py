@@ -17,6 +17,7 @@ from fgl_ray.config import ConfigError, ExperimentConfig
 from fgl_ray.data import build_federated_data
 from fgl_ray.data.longtail import training_class_counts
 from fgl_ray.data.types import FederatedGraphData
+from fgl_ray.interrupts import interrupts_deferred
 from fgl_ray.metrics import class_frequency_order
 from fgl_ray.models.base import model_options
 from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_accuracy, plot_class_accuracy,
@@ -25,7 +26,6 @@ from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_ac
 from fgl_ray.results.plots import cluster_table, plot_cluster_membership
 from fgl_ray.results.references import reference_scores
 from fgl_ray.results.writer import METRICS_DIRNAME
-from fgl_ray.interrupts import interrupts_deferred
 from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint, save_checkpoint
 from fgl_ray.runtime.coverage import Coverage, FailureLog
 from fgl_ray.runtime.records import round_rows
@@ -169,17 +169,12 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
     domain_of = {graph.client_id: graph.domain for graph in data.clients}
     class_counts = training_class_counts(data)
     class_order = class_frequency_order(class_counts)
-    book = Bookkeeping(Coverage(clients=len(data.clients), min_clients=config.min_clients))
     backend = open_backend(config, data)
-    first = checkpointed = 0
-    if checkpoint is not None:
-        backend.restore(checkpoint.server, checkpoint.clients)
-        book = checkpoint.driver["book"]
-        writer.truncate(checkpoint.driver["parts"])
-        with (run_dir / "failures.jsonl").open("r+") as log:
-            log.truncate(checkpoint.driver["failure_bytes"])
-        first = checkpointed = checkpoint.next_round
-        record_resume(run_dir, first, config.model_dump(mode="json"))
+    if checkpoint is None:
+        book, first = Bookkeeping(Coverage(clients=len(data.clients), min_clients=config.min_clients)), 0
+    else:
+        book, first = restore_run(checkpoint, backend, writer, run_dir, config), checkpoint.next_round
+    checkpointed = first
     bar = tqdm(range(first, config.rounds), desc=run_id, unit="round", disable=not progress, leave=True,
                initial=first, total=config.rounds)
     try:
@@ -243,6 +238,18 @@ def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = N
         plot_saved_diagnostics(run_dir, metrics, domain_of)
     save_clusters(run_dir, metrics)
     return RunResult(run_id, run_dir, summary, checkpoint.next_round if checkpoint else None)
+
+
+def restore_run(checkpoint: Checkpoint, backend, writer: MetricsWriter, run_dir: Path,
+                config: ExperimentConfig) -> Bookkeeping:
+    """Loads ``checkpoint`` into the backend, drops the metric parts and failure lines written after
+    it, records the continuation in the manifest and returns the driver's bookkeeping."""
+    backend.restore(checkpoint.server, checkpoint.clients)
+    writer.truncate(checkpoint.driver["parts"])
+    with (run_dir / "failures.jsonl").open("r+") as log:
+        log.truncate(checkpoint.driver["failure_bytes"])
+    record_resume(run_dir, checkpoint.next_round, config.model_dump(mode="json"))
+    return checkpoint.driver["book"]
 
 
 def save_clusters(run_dir: Path, metrics) -> Path | None:
