@@ -139,11 +139,13 @@ def _resume_values(args: argparse.Namespace, typed: dict[str, Any]) -> dict[str,
     """The config recorded in the run folder ``args.resume``, with the runtime flags typed now."""
     import json
 
+    from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE
+
     folder = args.resume
     if not (folder / "manifest.json").is_file():
         raise ConfigError(f"--resume {folder}: not a run folder (no manifest.json); pass the folder a run printed "
                           "after 'results:'")
-    if not (folder / "checkpoint.pt").is_file():
+    if not (folder / CHECKPOINT_FILE).is_file():
         raise ConfigError(f"--resume {folder}: the run saved no checkpoint (it finished, or ran without "
                           "--checkpoint-every and was not stopped with Ctrl-C or SIGTERM)")
     changed = sorted(set(typed) - set(RESUME_FIELDS)) + (["compare"] if args.compare else []) \

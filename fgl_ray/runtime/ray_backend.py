@@ -21,8 +21,8 @@ import ray
 import torch
 
 from fgl_ray.config import ExperimentConfig
-from fgl_ray.interrupts import interrupt_on_sigterm
 from fgl_ray.data.types import FederatedGraphData
+from fgl_ray.interrupts import interrupt_on_sigterm
 from fgl_ray.messages import Broadcast, ClientFailure
 from fgl_ray.runtime.local_backend import describe_error
 from fgl_ray.runtime.resources import ResourcePlan, plan_resources
