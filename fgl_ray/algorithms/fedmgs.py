@@ -13,7 +13,11 @@ local epoch one step on (Eq. 10)
   classes), the synthesis ``z_hat^m = psi_syn^m([z^{m'} | h | pi^m | 0])``, the confidence
   ``eta^m``, scaled by ``sigmoid(-beta_m Delta_m)`` with the server's spread ``Delta_m``, and the
   fusion ``eta z_hat + (1 - eta) h`` for a missing modality (an observed one passes unchanged);
-* ``L_rec``: mean over complete nodes and both modalities of ``||z_hat^m - z^m||^2``;
+* ``L_rec``: mean over complete nodes and both modalities of ``||z_hat^m - z^m||^2``; it trains the
+  synthesis networks only (``reconstruction_gradient: synthesizer``, default: the paper calls it a
+  regulariser of the recovered latents) or also the encoders and GCN behind ``z^{m'}``, ``h`` and
+  the target (``all``, plain autograd on Eq. 10), which erases what one modality holds that the
+  other cannot predict (see the README);
 * ``L_proto``: cross-entropy of ``cos(s_i, p_c) / tau`` (``tau = sqrt(d)``, the paper) over the
   classes with a prototype, on labelled training nodes; off before any prototype exists.
 
@@ -48,12 +52,20 @@ from fgl_ray.messages import ClientUpdate
 from fgl_ray.models.multimodal import MULTIMODAL_TASKS, Prototypes, prototype_logits
 
 
-def reconstruction_loss(parts: dict[str, Tensor]) -> Tensor:
-    """``L_rec``: mean of ``||z_hat^m - z^m||^2`` over complete nodes and both modalities (0 without any)."""
+def reconstruction_loss(model, parts: dict[str, Tensor], gradient: str = "synthesizer") -> Tensor:
+    """``L_rec``: mean of ``||z_hat^m - z^m||^2`` over complete nodes and both modalities (0 without any).
+
+    ``gradient: synthesizer`` trains only the synthesis networks on it (their inputs and the target
+    ``z^m`` held fixed); ``all`` lets it reach the encoders and the GCN too."""
     complete = parts["available"].all(dim=1)
     if not bool(complete.any()):
         return parts["z_hat"].sum() * 0.0
-    return (parts["z_hat"][complete] - parts["z"][complete]).pow(2).sum(-1).mean()
+    z = parts["z"][complete]
+    if gradient == "all":
+        return (parts["z_hat"][complete] - z).pow(2).sum(-1).mean()
+    z = z.detach()
+    z_hat = model.synthesize(z, parts["h"][complete].detach(), parts["pi"][complete])
+    return (z_hat - z).pow(2).sum(-1).mean()
 
 
 def prototype_loss(s: Tensor, labels: Tensor, prototypes: Prototypes, temperature: float) -> Tensor:
@@ -89,6 +101,9 @@ class FedMGS(Algorithm):
         query: Literal["label", "predicted"] = Field(
             "label", description="the synthesis query of labelled training nodes: their one-hot label (Eq. 4 as "
                                  "read) or, like every other node, the softmax of prototype similarities")
+        reconstruction_gradient: Literal["synthesizer", "all"] = Field(
+            "synthesizer", description="what L_rec trains: the synthesis networks alone (it regularises the recovered "
+                                       "latents), or also the encoders and GCN that make its inputs and target")
         availability_gate: bool = Field(True, description="ablation switch: availability-aware encoding")
         prototype_synthesis: bool = Field(True, description="ablation switch: prototype-guided synthesis")
         reliability_fusion: bool = Field(True, description="ablation switch: reliability-calibrated fusion")
@@ -127,7 +142,7 @@ class FedMGS(Algorithm):
                 ctx.optimizer.zero_grad(set_to_none=True)
                 parts, labels = self.parts(ctx, batch)
                 loss = task.loss(task.classify(ctx.model, parts["readout"], batch), batch)
-                rec = reconstruction_loss(parts)
+                rec = reconstruction_loss(ctx.model, parts, self.options.reconstruction_gradient)
                 proto = (prototype_loss(parts["s"], labels, prototypes, self.tau()) if prototypes is not None
                          else torch.zeros(()))
                 total = loss + self.options.lambda_rec * rec + self.options.lambda_proto * proto

@@ -158,7 +158,7 @@ class MultimodalGNN(GraphModel):
             temperature: of the prototype similarity; default ``sqrt(d)`` (the paper).
 
         Returns:
-            ``z [n, 2, d]`` (gated latents), ``s``, ``h``, ``z_hat [n, 2, d]``, ``eta [n, 2]``,
+            ``z [n, 2, d]`` (gated latents), ``s``, ``h``, ``pi``, ``z_hat [n, 2, d]``, ``eta [n, 2]``,
             ``available [n, 2]``, ``f [n, 2, d]`` and ``readout`` (``[r | e_v | e_t]``).
         """
         views, available = self.split(x)
@@ -171,9 +171,7 @@ class MultimodalGNN(GraphModel):
         use_prototypes = synthesis and prototypes is not None and bool(prototypes.valid.any())
         pi = (self.queries(s, prototypes, query_labels, temperature) if use_prototypes
               else torch.zeros_like(z))
-        zeros = torch.zeros_like(h)
-        z_hat = torch.stack([self.synthesizers[m](torch.cat([z[:, 1 - m], h, pi[:, m], zeros], dim=-1))
-                             for m in range(2)], dim=1)
+        z_hat = self.synthesize(z, h, pi)
         eta = torch.stack([torch.sigmoid(self.confidence[m](torch.cat([z_hat[:, m], h], dim=-1))).squeeze(-1)
                            for m in range(2)], dim=1)
         if not fusion:
@@ -185,8 +183,14 @@ class MultimodalGNN(GraphModel):
             calibrated = eta
         filled = calibrated.unsqueeze(-1) * z_hat + (1 - calibrated.unsqueeze(-1)) * h.unsqueeze(1)
         f = torch.where(available.unsqueeze(-1), z, filled)
-        return {"z": z, "raw": raw, "s": s, "h": h, "z_hat": z_hat, "eta": calibrated, "available": available,
+        return {"z": z, "raw": raw, "s": s, "h": h, "pi": pi, "z_hat": z_hat, "eta": calibrated, "available": available,
                 "f": f, "readout": self.readout([f[:, 0], f[:, 1]], h)}
+
+    def synthesize(self, z: Tensor, h: Tensor, pi: Tensor) -> Tensor:
+        """``z_hat^m = psi_syn^m([z^{m'} | h | pi^m | 0])`` for both modalities (Eq. 4), ``[n, 2, d]``."""
+        zeros = torch.zeros_like(h)
+        return torch.stack([self.synthesizers[m](torch.cat([z[:, 1 - m], h, pi[:, m], zeros], dim=-1))
+                            for m in range(2)], dim=1)
 
     def queries(self, s: Tensor, prototypes: Prototypes, labels: Tensor | None,
                 temperature: float | None) -> Tensor:

@@ -88,15 +88,32 @@ def test_spread_is_the_mean_per_dimension_variance_over_valid_classes():
 def test_losses_by_hand():
     parts = {"available": torch.tensor([[True, True], [True, False]]), "z": torch.zeros(2, 2, 3),
              "z_hat": torch.ones(2, 2, 3)}
-    assert reconstruction_loss(parts) == pytest.approx(3.0)               # one complete node, ||1||^2 = 3
+    assert reconstruction_loss(None, parts, "all") == pytest.approx(3.0)   # one complete node, ||1||^2 = 3
     parts["available"][0, 1] = False
-    assert reconstruction_loss(parts) == 0.0
+    assert reconstruction_loss(None, parts, "all") == 0.0
     s = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     prototypes = Prototypes(torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 0.0]]]),
                             torch.tensor([[True, True], [True, False]]), torch.zeros(2))
     got = prototype_loss(s, torch.tensor([0, -1]), prototypes, temperature=0.5)
     logits = torch.tensor([1.0, 0.0]) / 0.5                               # cos with class means, unlabelled row out
     assert got == pytest.approx(float(-torch.log_softmax(logits, 0)[0]))
+
+
+def test_the_reconstruction_loss_trains_the_synthesizers_alone_unless_asked():
+    model = _model()                                                      # eval: no dropout between the passes
+    x, edge_index, _ = _graph()
+    prototypes = Prototypes(torch.randn(2, 4, 8), torch.ones(2, 4, dtype=torch.bool), torch.zeros(2))
+    reached = {}
+    for gradient in ("synthesizer", "all"):
+        model.zero_grad(set_to_none=True)
+        parts = model.forward_parts(x, edge_index, prototypes, torch.full((10,), -1))
+        loss = reconstruction_loss(model, parts, gradient)
+        loss.backward()
+        reached[gradient] = (float(loss), {name.split(".")[0] for name, p in model.named_parameters()
+                                           if p.grad is not None and bool(p.grad.abs().sum() > 0)})
+    assert reached["synthesizer"][0] == pytest.approx(reached["all"][0])     # the same value either way
+    assert reached["synthesizer"][1] == {"synthesizers"}
+    assert {"synthesizers", "encoders", "convs"} <= reached["all"][1]
 
 
 @pytest.fixture(scope="module")
