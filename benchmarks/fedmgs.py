@@ -9,7 +9,8 @@ The setting of the paper (Section 6.1): Louvain into 5 or 10 clients, 100 rounds
 Adam (lr 1e-3; the paper gives none), the ``mm_gnn`` backbone for every method; client-level
 missingness for node classification and retrieval, node-level for link prediction and matching
 (Table 1), at rates 0.3 / 0.5 / 0.7. Methods: FedMGS; FedAvg on the same backbone with zero-filled
-missing inputs and with mean-filled ones; FedProto on it; and FedAvg zero-filled with
+missing inputs, with mean-filled ones (the client's own mean) and with the federation's mean
+(``fedavg_fill``: the only mean under client-level missingness); FedProto on it; and FedAvg zero-filled with
 ``readout_context: graph`` (the GCN output also reaches its readout: the strongest baseline here,
 see RESULTS.md). Metrics: accuracy, link-prediction AUC,
 matching AUC, retrieval Recall@5 (pooled over clients, test split, averaged over the last 20
@@ -48,6 +49,7 @@ METHODS = {
     "FedMGS": ("fedmgs", {}, {}),
     "FedAvg (zero-filled)": ("fedavg", {}, {}),
     "FedAvg (mean-filled)": ("fedavg", {}, {"fill": "mean"}),
+    "FedAvg (federated mean fill)": ("fedavg_fill", {}, {}),
     "FedProto": ("fedproto", {}, {}),
     "FedAvg (zero-filled, graph readout)": ("fedavg", {}, {"readout_context": "graph"}),
 }

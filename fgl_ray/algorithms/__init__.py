@@ -3,6 +3,6 @@
 from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext, build_algorithm
 from fgl_ray.algorithms import fedavg, local  # noqa: F401  (registration)
 from fgl_ray.algorithms import feddyn, fedproc, fedprox, fedproto, moon  # noqa: F401  (registration)
-from fgl_ray.algorithms import fedepd, fedlc, fedmgs, gcfl  # noqa: F401  (registration)
+from fgl_ray.algorithms import fedavg_fill, fedepd, fedlc, fedmgs, gcfl  # noqa: F401  (registration)
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "build_algorithm"]

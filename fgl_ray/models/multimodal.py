@@ -11,7 +11,7 @@ confidence networks ``psi_conf^m`` over ``2d``, learnable ``beta_m``, the fusion
 :meth:`forward_parts` is FedMGS's pipeline (Eqs. 2-9), with its switches; :meth:`encode`, the
 path every other algorithm trains, is the plain backbone: missing blocks enter their encoder
 as placeholders (``fill: zero``, or ``mean``: the mean of the batch's observed rows of that
-modality), ``s`` is the mean of both modality latents, and every modality passes through to the
+modality; ``fill_values``, when an algorithm sets them, take precedence), ``s`` is the mean of both modality latents, and every modality passes through to the
 readout. ``encode`` returns ``[r | e_visual | e_text]`` (``3d`` wide); ``classify`` reads ``r``,
 :meth:`score_links` scores node pairs and :meth:`modality_views` splits off ``e_visual, e_text``.
 
@@ -97,6 +97,8 @@ class MultimodalGNN(GraphModel):
         self.dropout, self.fill, self.readout_context = dropout, fill, readout_context
         self.hidden = d
         self.representation_dim = 3 * d
+        #: ``[d_visual + d_text]`` values for missing blocks, set by an algorithm that shares them (``fedavg_fill``)
+        self.fill_values: Tensor | None = None
 
     # ------------------------------------------------------------------ the pieces
     def split(self, x: Tensor) -> tuple[list[Tensor], Tensor]:
@@ -123,7 +125,10 @@ class MultimodalGNN(GraphModel):
     def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
         """The "-MM" backbone: placeholders encoded as inputs, every modality passed through."""
         views, available = self.split(x)
-        if self.fill == "mean":
+        if self.fill_values is not None:
+            blocks = self.fill_values.split(self.modality_dims)
+            views = [torch.where(available[:, m:m + 1], view, blocks[m]) for m, view in enumerate(views)]
+        elif self.fill == "mean":
             views = [mean_filled(view, available[:, m]) for m, view in enumerate(views)]
         latents = [encoder(view) for encoder, view in zip(self.encoders, views)]
         h = self.propagate((latents[0] + latents[1]) / 2, edge_index)
