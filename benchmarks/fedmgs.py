@@ -66,6 +66,9 @@ def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, opti
         seed: int, args, data_cache: dict) -> dict[str, float] | None:
     """One federation's pooled test metrics, last-20 means (None: not run, ``--finished-only``)."""
     model_options = ({"readout_context": args.readout_context} if args.readout_context else {}) | model_options
+    if model_options.get("fill") == "mean" and TASK_MISSING[task] == "client":
+        # a client has all or none of a modality's rows, so its own mean fills nothing: the zero-filled run
+        model_options = {k: v for k, v in model_options.items() if k != "fill"}
     values = {"dataset": dataset, "task": task, "missing": f"{TASK_MISSING[task]}:{rate}", "num_clients": clients,
               "algorithm": algorithm, "algorithm_options": options, "model_options": model_options, "seed": seed,
               "rounds": args.rounds, "backend": "local", "torch_threads": args.torch_threads,
