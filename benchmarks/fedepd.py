@@ -36,13 +36,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedia_common import finished_summary, replace_section  # noqa: E402
+from fedia_common import complete_run, finished_summary, replace_section  # noqa: E402
 
 from fgl_ray.algorithms.fedepd import FedEPD  # noqa: E402
 from fgl_ray.config import load_config  # noqa: E402
 from fgl_ray.data import build_federated_data  # noqa: E402
 from fgl_ray.results import plot_class_accuracy  # noqa: E402
-from fgl_ray.runtime import run_experiment  # noqa: E402
 
 DATASETS = ("email-eu-core", "cora-lt", "citeseer-lt", "chameleon-lt")
 DEFAULT_LA = FedEPD.Options().logit_adjust
@@ -84,7 +83,7 @@ def run_method(dataset: str, label: str, algorithm: str, options: dict, data, ar
         config = load_config(base_config(dataset, args) | dict(algorithm=algorithm, algorithm_options=options,
                                                                 seed=seed, run_name=name))
         started = time.perf_counter()
-        summary = args.reuse and finished_summary(config) or run_experiment(config, data, progress=False).summary
+        summary = args.reuse and finished_summary(config) or complete_run(config, data).summary
         pooled = summary["all"]
         scores.append({metric: pooled.get(metric, {}).get("mean") for _, metric in COLUMNS}
                       | {"run_dir": str(Path(config.output_dir) / name), "references": summary.get("references")})

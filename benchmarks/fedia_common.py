@@ -68,6 +68,15 @@ def best_val_avg(summary: Mapping) -> float | None:
 DATA_MODEL_OPTIONS = {"modality_dims"}  # model options a run takes from its data (recorded, never asked for)
 
 
+def complete_run(config: ExperimentConfig, data, **options):
+    """``run_experiment`` without a progress bar; a run that stopped early (a signal, or too little
+    coverage) ends the benchmark, so that a grid neither tabulates it nor goes on to the next cell."""
+    result = run_experiment(config, data, progress=False, **options)
+    if not result.summary.get("coverage", {}).get("complete", True):
+        sys.exit(f"{config.run_name}: the run did not complete (see {result.run_dir}); the benchmark stops here")
+    return result
+
+
 def finished_summary(config: ExperimentConfig, *needed: str) -> dict | None:
     """The summary of a finished run of ``config`` in its run folder (which also holds the files
     ``needed``), when its manifest records the same experiment: fields that only say where or how
@@ -133,7 +142,7 @@ def run_one(preset: str, algorithm: str, aggregator: str, options: Mapping, seed
         return summary
     collector = save_confusions(folder, data.domains, {g.client_id: g.domain for g in data.clients})
     started = time.perf_counter()
-    result = run_experiment(config, data, progress=False, on_round=collector)
+    result = complete_run(config, data, on_round=collector)
     collector.write()
     print(f"{preset} {name}: AVG {cell(result.summary['avg_over_domains'].get('accuracy'))} "
           f"({(time.perf_counter() - started) / 60:.1f} min) -> {result.run_dir}", flush=True)

@@ -33,12 +33,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedia_common import finished_summary, replace_section  # noqa: E402
+from fedia_common import complete_run, finished_summary, replace_section  # noqa: E402
 
 from fgl_ray.config import load_config  # noqa: E402
 from fgl_ray.data import build_federated_data  # noqa: E402
 from fgl_ray.results import read_metrics  # noqa: E402
-from fgl_ray.runtime import open_backend, run_experiment  # noqa: E402
+from fgl_ray.runtime import open_backend  # noqa: E402
 from fgl_ray.tasks import TASKS  # noqa: E402
 
 TASK_MISSING = {"node-classification": "client", "link-prediction": "node", "modality-matching": "node",
@@ -86,7 +86,7 @@ def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, opti
         if key not in data_cache:
             data_cache[key] = build_federated_data(config)
         started = time.perf_counter()
-        summary = run_experiment(config, data_cache[key], progress=False).summary
+        summary = complete_run(config, data_cache[key]).summary
         print(f"{values['run_name']}: {summary['all'][TASKS.get(task).headline]['mean']:.4f} "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
     return {metric: entry["mean"] for metric, entry in summary["all"].items()}
@@ -182,7 +182,7 @@ def cost_part(args) -> None:
             update = backend.pool.clients[0].train(backend.server.broadcast(0))
             statistics_bytes = sum(t.numel() * t.element_size() for t in update.stats.values())
             total = update.update.numel() * update.update.element_size() + statistics_bytes + 8   # + the sample count
-            result = run_experiment(config, data, progress=False)
+            result = complete_run(config, data)
             metrics = read_metrics(result.run_dir)
             seconds = metrics[(metrics.split == "round") & (metrics.metric == "seconds")].sort_values("round").value
             lines.append(f"| {label} | {task} | {statistics.median(seconds.iloc[1:]):.3f} | {total:,} | "

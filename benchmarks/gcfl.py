@@ -38,11 +38,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedia_common import finished_summary, replace_section  # noqa: E402
+from fedia_common import complete_run, finished_summary, replace_section  # noqa: E402
 
 from fgl_ray.config import load_config  # noqa: E402
 from fgl_ray.data import build_federated_data  # noqa: E402
-from fgl_ray.runtime import run_experiment  # noqa: E402
 
 SETTINGS = {
     "proteins": {"dataset": "tu-proteins", "num_clients": 10},
@@ -86,7 +85,7 @@ def run_setting(name: str, values: dict, args) -> dict[str, list[dict]]:
             config = load_config(base | {"algorithm": algorithm, "algorithm_options": options, "seed": seed,
                                          "run_name": f"{name}-{algorithm}-s{seed}"})
             started = time.perf_counter()
-            summary = args.reuse and finished_summary(config) or run_experiment(config, data, progress=False).summary
+            summary = args.reuse and finished_summary(config) or complete_run(config, data).summary
             summary = summary | {"run_dir": str(Path(config.output_dir) / config.run_name)}
             results[label].append(summary)
             print(f"{name} | {label} | seed {seed}: final avg acc {summary['final']['avg_over_clients']['accuracy']:.4f}"
@@ -206,8 +205,8 @@ def speed(args) -> None:
         config = load_config(values)
         data = build_federated_data(config)
         with ray_session():
-            result = run_experiment(config, data, progress=False,
-                                    on_round=lambda r, rows: ends.append(time.perf_counter()))
+            result = complete_run(config, data,
+                                  on_round=lambda r, rows: ends.append(time.perf_counter()))
         total = time.perf_counter() - started
     per_round = [b - a for a, b in zip(ends, ends[1:])]
     summary = result.summary
