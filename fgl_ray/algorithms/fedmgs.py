@@ -49,10 +49,10 @@ from torch import Tensor
 from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
 from fgl_ray.algorithms.prototypes import class_means, merge_prototypes, training_phase
 from fgl_ray.messages import ClientUpdate
-from fgl_ray.models.multimodal import MULTIMODAL_TASKS, Prototypes, prototype_logits
+from fgl_ray.models.multimodal import MULTIMODAL_TASKS, MultimodalGNN, Prototypes, prototype_logits
 
 
-def reconstruction_loss(model, parts: dict[str, Tensor], gradient: str = "synthesizer") -> Tensor:
+def reconstruction_loss(model: MultimodalGNN | None, parts: dict[str, Tensor], gradient: str = "synthesizer") -> Tensor:
     """``L_rec``: mean of ``||z_hat^m - z^m||^2`` over complete nodes and both modalities (0 without any).
 
     ``gradient: synthesizer`` trains only the synthesis networks on it (their inputs and the target
