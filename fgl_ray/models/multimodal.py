@@ -12,8 +12,9 @@ confidence networks ``psi_conf^m`` over ``2d``, learnable ``beta_m``, the fusion
 path every other algorithm trains, is the plain backbone: missing blocks enter their encoder
 as placeholders (``fill: zero``, or ``mean``: the mean of the batch's observed rows of that
 modality; ``fill_values``, when an algorithm sets them, take precedence), ``s`` is the mean of
-both modality latents, and every modality passes through to the readout. ``encode`` returns ``[r | e_visual | e_text]`` (``3d`` wide); ``classify`` reads ``r``,
-:meth:`score_links` scores node pairs and :meth:`modality_views` splits off ``e_visual, e_text``.
+both modality latents, and every modality passes through to the readout. ``encode`` returns
+``[r | e_visual | e_text]`` (``3d`` wide); ``classify`` reads ``r``, :meth:`score_links` scores
+node pairs and :meth:`modality_views` splits off ``e_visual, e_text``.
 
 Readout (``readout_context``): Eq. 8 keeps an observed modality's *pre-GNN* latent, so with
 ``none`` (the paper's equations, default) graph context reaches the readout only through the
