@@ -22,11 +22,8 @@ def federation():
 
 def _pooled_means(data, dims):
     """Each modality's mean over every client's observed rows, straight from the partition."""
-    blocks = []
-    for m in range(2):
-        rows = [unpack(g.data.x, dims)[m][unpack(g.data.x, dims)[2][:, m]] for g in data.clients]
-        blocks.append(torch.cat(rows).mean(0))
-    return torch.cat(blocks)
+    parts = [unpack(g.data.x, dims) for g in data.clients]           # (visual, text, available) each
+    return torch.cat([torch.cat([p[m][p[2][:, m]] for p in parts]).mean(0) for m in range(2)])
 
 
 def test_the_fill_is_the_pooled_mean_of_observed_rows_and_reaches_clients_without_the_modality(federation):
