@@ -338,6 +338,7 @@ class ExperimentConfig(BaseModel):
             parse_missing(self.missing)
         check_options("algorithm_options", f"algorithm {self.algorithm!r}", ALGORITHMS.get(self.algorithm).Options,
                       self.algorithm_options)
+        ALGORITHMS.get(self.algorithm).check_task(self.algorithm_options, self.resolved_task())
         check_options("aggregator_options", f"aggregator {self.aggregator!r}",
                       AGGREGATORS.get(self.aggregator).Options, self.aggregator_options)
         generator = MultimodalOptions if self.dataset == SYNTHETIC_MM else SyntheticOptions

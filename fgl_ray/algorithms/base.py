@@ -77,6 +77,10 @@ class Algorithm:
         self.options = options
         self.config = config
 
+    @classmethod
+    def check_task(cls, options: dict, task: str) -> None:
+        """Raises ``ValueError`` for options the task cannot honour (run before Ray starts)."""
+
     # ------------------------------------------------------------------ client side
     def setup_client(self, ctx: ClientContext) -> None:
         """Runs once when the client is created (cache graph preprocessing here)."""

@@ -9,10 +9,12 @@ local epoch one step on (Eq. 10)
 * the forward pass of Eqs. 2-9 (:meth:`MultimodalGNN.forward_parts`): gated modality encoders
   and the mean over observed modalities, GCN + LayerNorm for ``h^g``; for each modality the query
   ``pi^m = q^T P^m`` into the broadcast class-modality banks (``q`` one-hot for labelled training
-  nodes, else the stop-gradient softmax of prototype similarities, over the modality's valid
-  classes), the synthesis ``z_hat^m = psi_syn^m([z^{m'} | h | pi^m | 0])``, the confidence
-  ``eta^m``, scaled by ``sigmoid(-beta_m Delta_m)`` with the server's spread ``Delta_m``, and the
-  fusion ``eta z_hat + (1 - eta) h`` for a missing modality (an observed one passes unchanged);
+  nodes, else the stop-gradient softmax of prototype similarities, or with ``unlabelled_query:
+  classifier`` the classifier's softmax from a first, gradient-free pass; renormalised over the
+  modality's valid classes), the synthesis ``z_hat^m = psi_syn^m([z^{m'} | h | pi^m | 0])``, the
+  confidence ``eta^m``, scaled by ``sigmoid(-beta_m Delta_m)`` with the server's spread
+  ``Delta_m``, and the fusion ``eta z_hat + (1 - eta) h`` for a missing modality (an observed one
+  passes unchanged);
 * ``L_rec``: mean over complete nodes and both modalities of ``||z_hat^m - z^m||^2``; it trains the
   synthesis networks only (``reconstruction_gradient: synthesizer``, default: the paper calls it a
   regulariser of the recovered latents) or also the encoders and GCN behind ``z^{m'}``, ``h`` and
@@ -39,6 +41,7 @@ directly. Readings of the paper's open details: ``fgl_ray/models/multimodal.py``
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from typing import Literal, Optional, Sequence
 
 import torch
@@ -100,13 +103,23 @@ class FedMGS(Algorithm):
         temperature: Optional[float] = Field(None, gt=0.0, description="of prototype similarities; default sqrt(d)")
         query: Literal["label", "predicted"] = Field(
             "label", description="the synthesis query of labelled training nodes: their one-hot label (Eq. 4 as "
-                                 "read) or, like every other node, the softmax of prototype similarities")
+                                 "read) or, like every other node, the estimate of unlabelled_query")
+        unlabelled_query: Literal["prototypes", "classifier"] = Field(
+            "prototypes", description="the query of every other node: the softmax of prototype similarities (the "
+                                      "semantic anchors of Algorithm 1, line 9), or on node classification the "
+                                      "classifier's prediction from a first, gradient-free pass")
         reconstruction_gradient: Literal["synthesizer", "all"] = Field(
             "synthesizer", description="what L_rec trains: the synthesis networks alone (it regularises the recovered "
                                        "latents), or also the encoders and GCN that make its inputs and target")
         availability_gate: bool = Field(True, description="ablation switch: availability-aware encoding")
         prototype_synthesis: bool = Field(True, description="ablation switch: prototype-guided synthesis")
         reliability_fusion: bool = Field(True, description="ablation switch: reliability-calibrated fusion")
+
+    @classmethod
+    def check_task(cls, options: dict, task: str) -> None:
+        if options.get("unlabelled_query") == "classifier" and task != "node-classification":
+            raise ValueError(f"unlabelled_query 'classifier' reads the node classifier, which task {task!r} does "
+                             "not train; use unlabelled_query 'prototypes' (the default)")
 
     # ------------------------------------------------------------------ client side
     def tau(self) -> float:
@@ -125,12 +138,19 @@ class FedMGS(Algorithm):
         x, edge_index = ctx.task.node_inputs(batch)
         mask, y = ctx.task.labelled(batch)
         labels = torch.where(mask, y, torch.full_like(y, -1))
-        options = self.options
+        options, prototypes = self.options, self.prototypes(ctx)
         queries = labels if options.query == "label" else None
-        parts = ctx.model.forward_parts(x, edge_index, self.prototypes(ctx), queries, gate=options.availability_gate,
-                                        synthesis=options.prototype_synthesis, fusion=options.reliability_fusion,
-                                        temperature=self.tau())
-        return parts, labels
+
+        def forward(estimate: Tensor | None = None) -> dict[str, Tensor]:
+            return ctx.model.forward_parts(x, edge_index, prototypes, queries, gate=options.availability_gate,
+                                           synthesis=options.prototype_synthesis, fusion=options.reliability_fusion,
+                                           temperature=self.tau(), class_estimate=estimate)
+
+        if prototypes is None or options.unlabelled_query == "prototypes":
+            return forward(), labels
+        with torch.no_grad(), (training_phase(ctx.model) if ctx.model.training else nullcontext()):
+            estimate = torch.softmax(ctx.task.classify(ctx.model, forward()["readout"], batch), dim=-1)
+        return forward(estimate), labels
 
     def local_train(self, ctx: ClientContext) -> dict[str, float]:
         """One step per local epoch (and batch) on Eq. 10."""

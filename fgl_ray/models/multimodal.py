@@ -151,7 +151,8 @@ class MultimodalGNN(GraphModel):
     # ------------------------------------------------------------------ FedMGS (Eqs. 2-9)
     def forward_parts(self, x: Tensor, edge_index: Tensor, prototypes: Prototypes | None = None,
                       query_labels: Tensor | None = None, gate: bool = True, synthesis: bool = True,
-                      fusion: bool = True, temperature: float | None = None) -> dict[str, Tensor]:
+                      fusion: bool = True, temperature: float | None = None,
+                      class_estimate: Tensor | None = None) -> dict[str, Tensor]:
         """FedMGS's forward pass.
 
         Args:
@@ -162,6 +163,8 @@ class MultimodalGNN(GraphModel):
             synthesis: prototype-guided synthesis (Eq. 4's ``pi`` and the spread of Eq. 7).
             fusion: reliability-calibrated fusion (Eqs. 5-7); off: a missing modality takes ``z_hat``.
             temperature: of the prototype similarity; default ``sqrt(d)`` (the paper).
+            class_estimate: ``[n, C]`` class distributions, the query of the nodes without a label
+                query; default: the softmax of prototype similarities.
 
         Returns:
             ``z [n, 2, d]`` (gated latents), ``s``, ``h``, ``pi``, ``z_hat [n, 2, d]``, ``eta [n, 2]``,
@@ -175,7 +178,7 @@ class MultimodalGNN(GraphModel):
         s = z.sum(1) / (counts + 1e-8)
         h = self.propagate(s, edge_index)
         use_prototypes = synthesis and prototypes is not None and bool(prototypes.valid.any())
-        pi = (self.queries(s, prototypes, query_labels, temperature) if use_prototypes
+        pi = (self.queries(s, prototypes, query_labels, temperature, class_estimate) if use_prototypes
               else torch.zeros_like(z))
         z_hat = self.synthesize(z, h, pi)
         eta = torch.stack([torch.sigmoid(self.confidence[m](torch.cat([z_hat[:, m], h], dim=-1))).squeeze(-1)
@@ -199,13 +202,16 @@ class MultimodalGNN(GraphModel):
                             for m in range(2)], dim=1)
 
     def queries(self, s: Tensor, prototypes: Prototypes, labels: Tensor | None,
-                temperature: float | None) -> Tensor:
+                temperature: float | None, estimate: Tensor | None = None) -> Tensor:
         """``pi^m = q^T P^m`` per modality (Eq. 4), ``[n, 2, d]``: ``q`` one-hot for labelled nodes,
-        else the softmax of prototype similarities (stop-gradient), over each modality's valid classes."""
-        means, present = prototypes.class_means()
+        else ``estimate`` or the softmax of prototype similarities (stop-gradient), renormalised over
+        each modality's valid classes."""
         with torch.no_grad():
-            logits = prototype_logits(s, means, present, temperature or math.sqrt(self.hidden))
-            q = torch.softmax(logits, dim=-1)
+            if estimate is None:
+                means, present = prototypes.class_means()
+                q = torch.softmax(prototype_logits(s, means, present, temperature or math.sqrt(self.hidden)), dim=-1)
+            else:
+                q = estimate.detach().to(s.dtype).clone()
             if labels is not None:
                 known = labels >= 0
                 q[known] = F.one_hot(labels[known], q.shape[1]).to(q.dtype)

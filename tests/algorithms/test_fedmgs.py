@@ -210,3 +210,72 @@ def test_the_query_option_decides_whether_a_training_label_enters_the_synthesis(
         batch.y = (batch.y + 1) % int(batch.y.max() + 1)
         after = client.algorithm.parts(client.ctx, batch)[0]["readout"][missing]
     assert (not torch.allclose(before, after)) == label_matters
+
+
+def test_a_class_estimate_queries_the_valid_bank_entries_it_names():
+    model = _model()
+    x, edge_index, _ = _graph()
+    banks = torch.randn(2, 4, 8)
+    valid = torch.tensor([[True, True, False, True], [True, False, True, True]])
+    estimate = torch.zeros(10, 4)
+    estimate[:, 2] = 1.0                                                  # class 2: no visual prototype
+    estimate[:5] = torch.tensor([0.25, 0.75, 0.0, 0.0])
+    labels = torch.full((10,), -1)
+    labels[9] = 3
+    pi = model.forward_parts(x, edge_index, Prototypes(banks, valid, torch.zeros(2)), labels,
+                             class_estimate=estimate)["pi"]
+    torch.testing.assert_close(pi[0, 0], 0.25 * banks[0, 0] + 0.75 * banks[0, 1])
+    torch.testing.assert_close(pi[0, 1], banks[1, 0])                    # text lacks class 1: renormalised
+    torch.testing.assert_close(pi[6, 1], banks[1, 2])
+    assert torch.equal(pi[6, 0], torch.zeros(8))                          # nothing valid to select
+    torch.testing.assert_close(pi[9], banks[:, 3])                       # a label query outranks the estimate
+
+
+def _trained_client(task, unlabelled_query):
+    values = {"dataset": "synthetic-mm", "algorithm": "fedmgs", "task": task, "num_clients": 3, "hidden": 16,
+              "local_epochs": 1, "missing": "node:0.5", "backend": "local", "torch_threads": 1,
+              "synthetic": {"num_nodes": 240}, "algorithm_options": {"unlabelled_query": unlabelled_query}}
+    from fgl_ray.runtime import open_backend
+
+    backend = open_backend(load_config(values), build_federated_data(load_config(values)))
+    backend.run_round(0)
+    client = backend.pool.clients[0]
+    client.algorithm.receive(client.ctx, backend.server.broadcast(1))
+    client.ctx.model.eval()
+    return client
+
+
+def test_unlabelled_nodes_can_query_the_classifiers_prediction():
+    client = _trained_client("node-classification", "classifier")
+    ctx, algorithm, batch = client.ctx, client.algorithm, client.ctx.data
+    x, edge_index = ctx.task.node_inputs(batch)
+    labels = torch.where(batch.train_mask, batch.y, torch.full_like(batch.y, -1))
+    prototypes = algorithm.prototypes(ctx)
+    with torch.no_grad():
+        first = ctx.model.forward_parts(x, edge_index, prototypes, labels, temperature=algorithm.tau())
+        estimate = torch.softmax(ctx.model.classify(first["readout"], edge_index), dim=-1)
+        by_hand = ctx.model.forward_parts(x, edge_index, prototypes, labels, temperature=algorithm.tau(),
+                                          class_estimate=estimate)
+        parts = algorithm.parts(ctx, batch)[0]
+    torch.testing.assert_close(parts["readout"], by_hand["readout"])
+    unlabelled = ~batch.train_mask
+    assert not torch.allclose(parts["pi"][unlabelled], first["pi"][unlabelled])   # not the prototype softmax
+    torch.testing.assert_close(parts["pi"][batch.train_mask], first["pi"][batch.train_mask])
+
+
+def test_unlabelled_nodes_query_the_prototype_softmax_by_default_in_one_pass():
+    client = _trained_client("node-classification", "prototypes")
+    batch = client.ctx.data
+    with torch.no_grad():
+        one_pass = client.algorithm.parts(client.ctx, batch)[0]
+        x, edge_index = client.ctx.task.node_inputs(batch)
+        labels = torch.where(batch.train_mask, batch.y, torch.full_like(batch.y, -1))
+        expected = client.ctx.model.forward_parts(x, edge_index, client.algorithm.prototypes(client.ctx), labels,
+                                                  temperature=client.algorithm.tau())
+    torch.testing.assert_close(one_pass["readout"], expected["readout"])
+
+
+def test_the_classifier_query_is_refused_where_no_classifier_is_trained():
+    with pytest.raises(ValueError, match="unlabelled_query 'classifier' reads the node classifier"):
+        load_config({"dataset": "synthetic-mm", "algorithm": "fedmgs", "task": "link-prediction",
+                     "algorithm_options": {"unlabelled_query": "classifier"}})
