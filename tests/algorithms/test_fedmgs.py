@@ -190,11 +190,11 @@ def test_fedmgs_refuses_another_backbone():
         load_config({"dataset": "synthetic-mm", "algorithm": "fedmgs", "model": "gcn"})
 
 
-@pytest.mark.parametrize(("query", "label_matters"), [("label", True), ("predicted", False)])
-def test_the_query_option_decides_whether_a_training_label_enters_the_synthesis(query, label_matters):
-    values = {"dataset": "synthetic-mm", "algorithm": "fedmgs", "num_clients": 3, "hidden": 16, "local_epochs": 1,
-              "missing": "node:0.5", "backend": "local", "torch_threads": 1, "synthetic": {"num_nodes": 240},
-              "algorithm_options": {"query": query}}
+def _trained_client(**algorithm_options):
+    """Client 0 after one round, holding the round-1 broadcast, in eval mode."""
+    values = {"dataset": "synthetic-mm", "algorithm": "fedmgs", "num_clients": 3, "hidden": 16,
+              "local_epochs": 1, "missing": "node:0.5", "backend": "local", "torch_threads": 1,
+              "synthetic": {"num_nodes": 240}, "algorithm_options": algorithm_options}
     from fgl_ray.runtime import open_backend
 
     backend = open_backend(load_config(values), build_federated_data(load_config(values)))
@@ -202,6 +202,12 @@ def test_the_query_option_decides_whether_a_training_label_enters_the_synthesis(
     client = backend.pool.clients[0]
     client.algorithm.receive(client.ctx, backend.server.broadcast(1))
     client.ctx.model.eval()
+    return client
+
+
+@pytest.mark.parametrize(("query", "label_matters"), [("label", True), ("predicted", False)])
+def test_the_query_option_decides_whether_a_training_label_enters_the_synthesis(query, label_matters):
+    client = _trained_client(query=query)
     batch = client.ctx.data.clone()
     missing = batch.train_mask & ~(batch.x[:, -2:] > 0.5).all(dim=1)
     assert missing.any()
@@ -231,22 +237,8 @@ def test_a_class_estimate_queries_the_valid_bank_entries_it_names():
     torch.testing.assert_close(pi[9], banks[:, 3])                       # a label query outranks the estimate
 
 
-def _trained_client(task, unlabelled_query):
-    values = {"dataset": "synthetic-mm", "algorithm": "fedmgs", "task": task, "num_clients": 3, "hidden": 16,
-              "local_epochs": 1, "missing": "node:0.5", "backend": "local", "torch_threads": 1,
-              "synthetic": {"num_nodes": 240}, "algorithm_options": {"unlabelled_query": unlabelled_query}}
-    from fgl_ray.runtime import open_backend
-
-    backend = open_backend(load_config(values), build_federated_data(load_config(values)))
-    backend.run_round(0)
-    client = backend.pool.clients[0]
-    client.algorithm.receive(client.ctx, backend.server.broadcast(1))
-    client.ctx.model.eval()
-    return client
-
-
 def test_unlabelled_nodes_can_query_the_classifiers_prediction():
-    client = _trained_client("node-classification", "classifier")
+    client = _trained_client(unlabelled_query="classifier")
     ctx, algorithm, batch = client.ctx, client.algorithm, client.ctx.data
     x, edge_index = ctx.task.node_inputs(batch)
     labels = torch.where(batch.train_mask, batch.y, torch.full_like(batch.y, -1))
@@ -264,7 +256,7 @@ def test_unlabelled_nodes_can_query_the_classifiers_prediction():
 
 
 def test_unlabelled_nodes_query_the_prototype_softmax_by_default_in_one_pass():
-    client = _trained_client("node-classification", "prototypes")
+    client = _trained_client()
     batch = client.ctx.data
     with torch.no_grad():
         one_pass = client.algorithm.parts(client.ctx, batch)[0]
