@@ -12,12 +12,13 @@ synthesised), as at evaluation.
   from additive histograms of the cosines; also over complete nodes only (``auc_complete``),
   since a synthesised modality is built from the node's other one and flatters the score.
 * ``modality-retrieval``: each split node's text queries the split's visual embeddings of the
-  same client (and the reverse), ranked by cosine; the rank of the true partner is its mid-rank
-  (one plus the candidates scoring higher plus half of those tying with it, so identical
-  embeddings, e.g. a whole client's placeholder modality, score at chance, not first).
-  Statistics: hits within the top 1/5/10 and reciprocal ranks per direction, also over complete
-  nodes only (queries and candidates), which add over clients; Recall@K is the mean of both
-  directions.
+  same client (and the reverse), ranked by cosine. Candidates within ``TIE_TOLERANCE`` of the true
+  partner's cosine tie with it and are ordered at random, in expectation: a hit within K counts
+  ``clip((K - higher) / (ties + 1), 0, 1)`` and the reciprocal rank is its mean over the tied
+  places, so identical embeddings (e.g. a whole client's placeholder modality) score at chance.
+  Statistics: expected hits within the top 1/5/10 and reciprocal ranks per direction, also over
+  complete nodes only (queries and candidates), which add over clients; Recall@K is the mean of
+  both directions.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from fgl_ray.tasks.base import EVAL_SPLITS, TASKS, FullGraphTask, Stats
 
 TEMPERATURE = 0.07
 RECALL_AT = (1, 5, 10)
+TIE_TOLERANCE = 1e-6     # cosines closer than this tie: float32 matmuls of identical rows differ by ~2e-8
 
 
 def derangement(count: int, generator: torch.Generator) -> Tensor:
@@ -128,21 +130,31 @@ class ModalityRetrieval(CrossModalTask):
 DIRECTIONS = ("text_to_visual", "visual_to_text")
 
 
-def mid_ranks(similarity: Tensor) -> Tensor:
-    """Each row's mid-rank of its diagonal entry: 1 + higher entries + half of the other ties."""
-    own = similarity.diagonal().unsqueeze(1)
-    ties = (similarity == own).sum(dim=1) - 1
-    return 1 + (similarity > own).sum(dim=1) + 0.5 * ties
+def tied_ranks(similarity: Tensor) -> tuple[Tensor, Tensor]:
+    """Per row, the candidates scoring above its diagonal entry and those tying with it (itself excluded)."""
+    gap = similarity - similarity.diagonal().unsqueeze(1)
+    return (gap > TIE_TOLERANCE).sum(dim=1), (gap.abs() <= TIE_TOLERANCE).sum(dim=1) - 1
+
+
+def expected_hits(higher: Tensor, ties: Tensor, k: int) -> Tensor:
+    """Chance that the true partner lands within the top ``k`` when its ties are ordered at random."""
+    return ((k - higher) / (ties + 1)).clamp(0, 1)
+
+
+def expected_reciprocal_rank(higher: Tensor, ties: Tensor) -> Tensor:
+    """Mean of ``1 / rank`` over the tied places ``higher + 1 .. higher + ties + 1`` (harmonic numbers)."""
+    higher, ties = higher.double(), ties.double()
+    return (torch.digamma(higher + ties + 2) - torch.digamma(higher + 1)) / (ties + 1)
 
 
 def ranking_stats(visual: Tensor, text: Tensor, suffix: str) -> Stats:
-    """Hits within the top 1/5/10 and reciprocal-rank sums of both directions, and the query count."""
+    """Expected hits within the top 1/5/10 and reciprocal-rank sums of both directions, and the query count."""
     similarity = text @ visual.T                                       # text queries x visual candidates
     stats: Stats = {f"queries{suffix}": np.array([visual.shape[0]], dtype=np.int64)}
     for direction, matrix in zip(DIRECTIONS, (similarity, similarity.T)):
-        ranks = mid_ranks(matrix)
-        stats[f"{direction}_hits{suffix}"] = np.array([int((ranks <= k).sum()) for k in RECALL_AT], dtype=np.int64)
-        stats[f"{direction}_reciprocal{suffix}"] = np.array([float((1.0 / ranks.double()).sum())])
+        higher, ties = tied_ranks(matrix)
+        stats[f"{direction}_hits{suffix}"] = np.array([float(expected_hits(higher, ties, k).sum()) for k in RECALL_AT])
+        stats[f"{direction}_reciprocal{suffix}"] = np.array([float(expected_reciprocal_rank(higher, ties).sum())])
     return stats
 
 

@@ -12,7 +12,7 @@ from fgl_ray.data.types import ClientGraph
 from fgl_ray.metrics import auc_from_histograms, score_histogram
 from fgl_ray.tasks import build_task, pool_stats
 from fgl_ray.tasks.link_prediction import sample_non_edges, split_edges
-from fgl_ray.tasks.modality import derangement, info_nce
+from fgl_ray.tasks.modality import derangement, expected_hits, expected_reciprocal_rank, info_nce, tied_ranks
 
 
 def test_auc_from_histograms_by_hand_and_against_sklearn():
@@ -100,7 +100,7 @@ def test_retrieval_recall_by_hand():
     data = task.prepare(ClientGraph(0, "d", _modal()), None, "cpu")
     views = F.normalize(torch.randn(12, 8), dim=-1)
     perfect = task.scores(task.evaluate(lambda batch: torch.cat([views, views], dim=-1), data, 1)["test"])
-    assert perfect["recall_at_1"] == perfect["recall_at_5"] == perfect["mrr"] == 1.0
+    assert [perfect[m] for m in ("recall_at_1", "recall_at_5", "mrr")] == pytest.approx([1.0, 1.0, 1.0])
     shuffled = torch.roll(views, 1, dims=0)              # each text's own visual partner is another node's
     ranks = []
     similarity = views @ shuffled.T
@@ -123,10 +123,29 @@ def test_a_constant_embedding_retrieves_at_chance_not_first():
     data = task.prepare(ClientGraph(0, "d", _modal(20)), None, "cpu")
     text = torch.randn(20, 8)
     constant = task.scores(task.evaluate(lambda batch: torch.cat([torch.ones(20, 8), text], dim=-1), data, 1)["test"])
-    # text -> visual: all 20 candidates tie (mid-rank 10.5, no hit); visual -> text: the 20 identical
-    # queries rank the 20 texts once, so the partners' ranks are 1..20 (one hit at 1, five within 5)
-    assert constant["recall_at_1"] == pytest.approx((0 + 1 / 20) / 2)
-    assert constant["recall_at_5"] == pytest.approx((0 + 5 / 20) / 2)
+    # text -> visual: all 20 candidates tie, so the partner's place is uniform over 1..20; visual -> text:
+    # the 20 identical queries rank the 20 texts once, so the partners' ranks are exactly 1..20. Both
+    # directions: P(rank <= k) = k / 20 and E[1 / rank] = H_20 / 20.
+    harmonic = sum(1 / r for r in range(1, 21))
+    assert constant["recall_at_1"] == pytest.approx(1 / 20)
+    assert constant["recall_at_5"] == pytest.approx(5 / 20)
+    assert constant["mrr"] == pytest.approx(harmonic / 20)
+
+
+def test_retrieval_ties_survive_float_noise():
+    # identical candidates whose float32 cosines differ in the last bits still tie
+    text = F.normalize(torch.randn(10, 128, generator=torch.Generator().manual_seed(0)), dim=-1)
+    visual = F.normalize(torch.full((10, 128), 0.3), dim=-1)
+    higher, ties = tied_ranks(text @ visual.T)
+    assert higher.tolist() == [0] * 10 and ties.tolist() == [9] * 10
+    assert expected_hits(higher, ties, 5).tolist() == pytest.approx([0.5] * 10)
+
+
+def test_expected_reciprocal_rank_is_the_mean_over_tied_places():
+    higher, ties = torch.tensor([0, 3, 2]), torch.tensor([0, 0, 4])
+    by_hand = [1.0, 1 / 4, np.mean([1 / r for r in range(3, 8)])]
+    assert expected_reciprocal_rank(higher, ties).tolist() == pytest.approx(by_hand)
+    assert expected_hits(torch.tensor([2]), torch.tensor([4]), 5).item() == pytest.approx(3 / 5)
 
 
 def test_confident_link_scores_keep_their_auc():
