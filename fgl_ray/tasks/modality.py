@@ -9,8 +9,9 @@ synthesised), as at evaluation.
 
 * ``modality-matching``: AUC of ``cos(e_v_i, e_t_i)`` (own pair) against ``cos(e_v_i, e_t_j)``
   with ``j`` a fixed random derangement of the split's nodes (one mismatched pair per node),
-  from additive histograms of the cosines; also over complete nodes only (``auc_complete``),
-  since a synthesised modality is built from the node's other one and flatters the score.
+  from additive histograms of the cosines; also over complete nodes only (``auc_complete``, own
+  pairs against a derangement of the complete nodes, so no synthesised modality enters), since a
+  synthesised modality is built from the node's other one and flatters the score.
 * ``modality-retrieval``: each split node's text queries the split's visual embeddings of the
   same client (and the reverse), ranked by cosine. Candidates within ``TIE_TOLERANCE`` of the true
   partner's cosine tie with it and are ordered at random, in expectation: a hit within K counts
@@ -41,6 +42,11 @@ RECALL_AT = (1, 5, 10)
 TIE_TOLERANCE = 1e-6     # cosines closer than this tie: float32 matmuls of identical rows differ by ~2e-8
 
 
+def complete_nodes(data: Data) -> Tensor:
+    """Nodes that observe both modalities, from the packed availability bits (multimodal layout)."""
+    return (data.x[:, -2:] > 0.5).all(dim=1)
+
+
 def derangement(count: int, generator: torch.Generator) -> Tensor:
     """A random permutation of ``range(count)`` without fixed points (identity for ``count < 2``)."""
     if count < 2:
@@ -69,6 +75,10 @@ class CrossModalTask(FullGraphTask):
         generator = client_generator(self.config.data_seed, graph.client_id)
         for split in EVAL_SPLITS:
             data[f"{split}_partner"] = derangement(int(data[f"{split}_mask"].sum()), generator)
+        complete = complete_nodes(data)
+        for split in EVAL_SPLITS:                       # drawn after the first: those stay as they were
+            count = int((data[f"{split}_mask"] & complete).sum())
+            data[f"{split}_partner_complete"] = derangement(count, generator)
         return data.to(device)
 
     def classify(self, model: nn.Module, z: Tensor, batch: Data) -> Tensor:
@@ -82,15 +92,18 @@ class CrossModalTask(FullGraphTask):
     @torch.no_grad()
     def evaluate(self, predict: Callable[[Data], Tensor], data: Data, num_classes: int) -> dict[str, Stats]:
         outputs = predict(data)
-        complete = (data.x[:, -2:] > 0.5).all(dim=1)    # the packed availability bits (multimodal layout)
+        complete = complete_nodes(data)
         stats = {}
         for split in EVAL_SPLITS:
             mask = data[f"{split}_mask"]
             visual, text = (F.normalize(e, dim=-1) for e in outputs[mask].chunk(2, dim=-1))
-            stats[split] = self.split_stats(visual, text, data[f"{split}_partner"], complete[mask])
+            stats[split] = self.split_stats(visual, text, data[f"{split}_partner"], complete[mask],
+                                            data[f"{split}_partner_complete"])
         return stats
 
-    def split_stats(self, visual: Tensor, text: Tensor, partner: Tensor, complete: Tensor) -> Stats:
+    def split_stats(self, visual: Tensor, text: Tensor, partner: Tensor, complete: Tensor,
+                    partner_complete: Tensor) -> Stats:
+        """The split's statistics: ``partner`` deranges its nodes, ``partner_complete`` its complete ones."""
         raise NotImplementedError
 
 
@@ -101,12 +114,14 @@ class ModalityMatching(CrossModalTask):
     name = "modality-matching"
     headline = "auc"
 
-    def split_stats(self, visual: Tensor, text: Tensor, partner: Tensor, complete: Tensor) -> Stats:
+    def split_stats(self, visual: Tensor, text: Tensor, partner: Tensor, complete: Tensor,
+                    partner_complete: Tensor) -> Stats:
         own = ((visual * text).sum(-1) + 1) / 2                        # cosines mapped to [0, 1]
         other = ((visual * text[partner]).sum(-1) + 1) / 2
+        other_complete = ((visual[complete] * text[complete][partner_complete]).sum(-1) + 1) / 2
         return {"positive": score_histogram(own.cpu()), "negative": score_histogram(other.cpu()),
                 "positive_complete": score_histogram(own[complete].cpu()),
-                "negative_complete": score_histogram(other[complete].cpu())}
+                "negative_complete": score_histogram(other_complete.cpu())}
 
     def scores(self, stats) -> dict[str, float]:
         return {"auc": auc_from_histograms(stats["positive"], stats["negative"]),
@@ -120,7 +135,8 @@ class ModalityRetrieval(CrossModalTask):
     name = "modality-retrieval"
     headline = "recall_at_5"
 
-    def split_stats(self, visual: Tensor, text: Tensor, partner: Tensor, complete: Tensor) -> Stats:
+    def split_stats(self, visual: Tensor, text: Tensor, partner: Tensor, complete: Tensor,
+                    partner_complete: Tensor) -> Stats:
         return ranking_stats(visual, text, "") | ranking_stats(visual[complete], text[complete], "_complete")
 
     def scores(self, stats) -> dict[str, float]:

@@ -95,6 +95,21 @@ def test_matching_auc_is_one_for_identical_views_and_half_for_unrelated_ones():
     assert task.scores(constant["test"])["auc"] == pytest.approx(0.5)
 
 
+def test_complete_node_matching_never_pairs_with_an_incomplete_node():
+    task = build_task(load_config({"dataset": "synthetic-mm", "task": "modality-matching"}))
+    graph = _modal()
+    graph.x[6:, 1] = 0                                   # nodes 6..11 lack their text
+    data = task.prepare(ClientGraph(0, "d", graph), None, "cpu")
+    generator = torch.Generator().manual_seed(0)
+    visual, text = torch.randn(12, 8, generator=generator), torch.randn(12, 8, generator=generator)
+    scores = []
+    for _ in range(2):
+        stats = task.evaluate(lambda batch: torch.cat([visual, text], dim=-1), data, 1)["test"]
+        scores.append((task.scores(stats)["auc_complete"], stats["negative_complete"].sum()))
+        visual[6:], text[6:] = torch.randn(6, 8, generator=generator), torch.randn(6, 8, generator=generator)
+    assert scores[0] == scores[1] and scores[0][1] == 6
+
+
 def test_retrieval_recall_by_hand():
     task = build_task(load_config({"dataset": "synthetic-mm", "task": "modality-retrieval"}))
     data = task.prepare(ClientGraph(0, "d", _modal()), None, "cpu")
