@@ -52,6 +52,7 @@ METHODS = {
     "FedAvg (federated mean fill)": ("fedavg_fill", {}, {}),
     "FedProto": ("fedproto", {}, {}),
     "FedAvg (zero-filled, graph readout)": ("fedavg", {}, {"readout_context": "graph"}),
+    "FedMGS (graph readout)": ("fedmgs", {}, {"readout_context": "graph"}),
 }
 ABLATIONS = {
     "FedMGS": {},
@@ -125,7 +126,8 @@ def grid_tables(dataset: str, task: str, methods: dict, rates, clients, args, da
         if "FedMGS" in picked and len(picked) > 1:
             margins = []
             for c in columns:
-                best = max(mean_of(picked[label][c]) for label in picked if label != "FedMGS")
+                baselines = [mean_of(picked[label][c]) for label in picked if not label.startswith("FedMGS")]
+                best = max((value for value in baselines if not np.isnan(value)), default=float("nan"))
                 margins.append(f"{100 * (mean_of(picked['FedMGS'][c]) - best):+.2f}")
             lines.append(f"| *FedMGS − {others}* | " + " | ".join(margins) + " |")
         tables.append(header + "\n".join(lines) + "\n")
