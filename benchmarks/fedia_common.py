@@ -77,28 +77,66 @@ def complete_run(config: ExperimentConfig, data, **options):
     return result
 
 
+def same_experiment(recorded: Mapping, config: ExperimentConfig) -> bool:
+    """Whether a recorded config is the experiment ``config``: fields that only say where or how
+    fast it runs aside, and fields added since it was recorded taken at their defaults."""
+    for field, value in dict(config).items():
+        if field in RUNTIME_FIELDS:
+            continue
+        before = recorded.get(field, ExperimentConfig.model_fields[field].get_default(call_default_factory=True))
+        if json.loads(json.dumps(before, default=str)) != json.loads(json.dumps(value, default=str)):
+            return False
+    return True
+
+
 def finished_summary(config: ExperimentConfig, *needed: str) -> dict | None:
     """The summary of a finished run of ``config`` in its run folder (which also holds the files
-    ``needed``), when its manifest records the same experiment: fields that only say where or how
-    fast it runs aside, and fields added since it ran taken at their defaults; None otherwise, and
-    for a run that did not complete."""
+    ``needed``), when its manifest records the same experiment (``same_experiment``); None
+    otherwise, and for a run that did not complete."""
     folder = Path(config.output_dir) / config.run_name
     if not all((folder / name).is_file() for name in ("summary.json", "manifest.json", *needed)):
         return None
     recorded = json.loads((folder / "manifest.json").read_text())["config"]
     recorded["model_options"] = {k: v for k, v in recorded.get("model_options", {}).items()
                                  if k not in DATA_MODEL_OPTIONS or k in config.model_options}
-    for field, value in dict(config).items():
-        if field in RUNTIME_FIELDS:
-            continue
-        before = recorded.get(field, ExperimentConfig.model_fields[field].get_default(call_default_factory=True))
-        if json.loads(json.dumps(before, default=str)) != json.loads(json.dumps(value, default=str)):
-            return None
+    if not same_experiment(recorded, config):
+        return None
     summary = json.loads((folder / "summary.json").read_text())
     if not summary.get("coverage", {}).get("complete", True):
         return None
     print(f"{config.run_name}: reused {folder}", flush=True)
     return summary
+
+
+class RunLedger:
+    """Finished benchmark runs, one JSON line each in a committed file: the experiment (its config
+    without the fields that only say where or how fast it runs) and its pooled last-K metric
+    means. Run folders are not kept in the repository; the ledger lets a fresh checkout recompose
+    a table, or add seeds to it, without re-running."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def lookup(self, config: ExperimentConfig) -> dict[str, float] | None:
+        """The means last recorded for this experiment (``same_experiment``), or None."""
+        if not self.path.is_file():
+            return None
+        found = None
+        for line in self.path.read_text().splitlines():
+            entry = json.loads(line)
+            if entry["experiment"]["run_name"] == config.run_name and same_experiment(entry["experiment"], config):
+                found = entry["means"]
+        return found
+
+    def record(self, config: ExperimentConfig, means: Mapping[str, float]) -> None:
+        """Appends the run unless the ledger already holds these means for it."""
+        if self.lookup(config) == dict(means):
+            return
+        experiment = {field: value for field, value in json.loads(json.dumps(dict(config), default=str)).items()
+                      if field not in RUNTIME_FIELDS}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as ledger:
+            ledger.write(json.dumps({"experiment": experiment, "means": dict(means)}, sort_keys=True) + "\n")
 
 
 def save_confusions(run_dir: Path, domains: Sequence[str], domain_of: Mapping[int, str]):

@@ -14,7 +14,9 @@ missing inputs, with mean-filled ones (the client's own mean) and with the feder
 ``readout_context: graph`` (the GCN output also reaches its readout: the strongest baseline here,
 see RESULTS.md). Metrics: accuracy, link-prediction AUC,
 matching AUC, retrieval Recall@5 (pooled over clients, test split, averaged over the last 20
-rounds of a run), mean ± std over seeds (data seed 0, training seeds 0..N-1). The generator's
+rounds of a run), mean ± std over seeds (data seed 0, training seeds 0..N-1). Every finished run's
+means go to ``benchmarks/ledger/fedmgs.jsonl``, which ``--reuse`` and ``--finished-only`` read
+when the run's folder is not there (a fresh checkout). The generator's
 settings are its defaults, fixed before any FedMGS run (``fgl_ray/data/multimodal.py``).
 Sections of ``benchmarks/RESULTS.md``: ``fedmgs-main``, ``fedmgs-ablation``, ``fedmgs-two-view``,
 ``fedmgs-cost``.
@@ -33,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedia_common import complete_run, finished_summary, replace_section  # noqa: E402
+from fedia_common import RunLedger, complete_run, finished_summary, replace_section  # noqa: E402
 
 from fgl_ray.config import load_config  # noqa: E402
 from fgl_ray.data import build_federated_data  # noqa: E402
@@ -61,6 +63,7 @@ ABLATIONS = {
     "w/o reliability fusion": {"reliability_fusion": False},
 }
 TWO_VIEW_TASKS = ("node-classification", "link-prediction")
+LEDGER = Path(__file__).with_name("ledger") / "fedmgs.jsonl"
 
 
 def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, options: dict, model_options: dict,
@@ -79,17 +82,26 @@ def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, opti
     if args.data_dir:
         values["data_dir"] = str(args.data_dir)
     config = load_config(values)
-    summary = finished_summary(config) if args.reuse or args.finished_only else None
-    if summary is None and args.finished_only:
+    ledger = RunLedger(args.ledger)
+    means = None
+    if args.reuse or args.finished_only:
+        summary = finished_summary(config)
+        means = last_means(summary) if summary else ledger.lookup(config)
+    if means is None and args.finished_only:
         return None
-    if summary is None:
+    if means is None:
         key = (dataset, task, rate, clients)
         if key not in data_cache:
             data_cache[key] = build_federated_data(config)
         started = time.perf_counter()
-        summary = complete_run(config, data_cache[key]).summary
-        print(f"{values['run_name']}: {summary['all'][TASKS.get(task).headline]['mean']:.4f} "
+        means = last_means(complete_run(config, data_cache[key]).summary)
+        print(f"{values['run_name']}: {means[TASKS.get(task).headline]:.4f} "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
+    ledger.record(config, means)
+    return means
+
+
+def last_means(summary: dict) -> dict[str, float]:
     return {metric: entry["mean"] for metric, entry in summary["all"].items()}
 
 
@@ -214,7 +226,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/fedmgs"))
     parser.add_argument("--results-file", type=Path, default=None)
     parser.add_argument("--section-suffix", default="", help="write the tables to sections named with this suffix")
-    parser.add_argument("--reuse", action="store_true", help="reuse finished runs of the same name under --out")
+    parser.add_argument("--ledger", type=Path, default=LEDGER,
+                        help="the committed record of finished runs: read by --reuse/--finished-only, appended to")
+    parser.add_argument("--reuse", action="store_true",
+                        help="reuse finished runs of the same name under --out, or else in the ledger")
     parser.add_argument("--finished-only", action="store_true",
                         help="tables from the finished runs only: run nothing; a cell shows (n) when fewer seeds ran")
     args = parser.parse_args()

@@ -24,3 +24,21 @@ def test_the_fedia_benchmark_keeps_per_domain_test_confusions(tmp_path):
     assert saved["rounds"].tolist() == [4]
     assert np.array_equal(saved["confusions"][0, 0], matrices[0] + matrices[2])
     assert np.array_equal(saved["confusions"][0, 1], matrices[1])
+
+
+def test_the_run_ledger_finds_a_run_by_its_experiment_not_by_where_it_ran(tmp_path):
+    from fgl_ray.config import load_config
+
+    ledger = fedia_common.RunLedger(tmp_path / "ledger.jsonl")
+    base = {"dataset": "synthetic-mm", "task": "link-prediction", "missing": "node:0.5", "algorithm": "fedmgs",
+            "seed": 1, "run_name": "r"}
+    config = load_config(base | {"output_dir": str(tmp_path / "a"), "torch_threads": 1})
+    assert ledger.lookup(config) is None
+    ledger.record(config, {"auc": 0.75})
+    ledger.record(config, {"auc": 0.75})
+    assert len(ledger.path.read_text().splitlines()) == 1
+    assert ledger.lookup(load_config(base | {"output_dir": str(tmp_path / "b"), "torch_threads": 2})) == {"auc": 0.75}
+    assert ledger.lookup(load_config(base | {"seed": 2})) is None
+    assert ledger.lookup(load_config(base | {"model_options": {"readout_context": "graph"}})) is None
+    ledger.record(config, {"auc": 0.8})
+    assert ledger.lookup(config) == {"auc": 0.8}
