@@ -77,6 +77,11 @@ def complete_run(config: ExperimentConfig, data, **options):
     return result
 
 
+def as_json(value):
+    """``value`` as it reads back from a JSON file (paths and enums as strings, tuples as lists)."""
+    return json.loads(json.dumps(value, default=str))
+
+
 def same_experiment(recorded: Mapping, config: ExperimentConfig) -> bool:
     """Whether a recorded config is the experiment ``config``: fields that only say where or how
     fast it runs aside, and fields added since it was recorded taken at their defaults."""
@@ -84,7 +89,7 @@ def same_experiment(recorded: Mapping, config: ExperimentConfig) -> bool:
         if field in RUNTIME_FIELDS:
             continue
         before = recorded.get(field, ExperimentConfig.model_fields[field].get_default(call_default_factory=True))
-        if json.loads(json.dumps(before, default=str)) != json.loads(json.dumps(value, default=str)):
+        if as_json(before) != as_json(value):
             return False
     return True
 
@@ -124,7 +129,7 @@ class RunLedger:
         found = None
         for line in self.path.read_text().splitlines():
             entry = json.loads(line)
-            if entry["experiment"]["run_name"] == config.run_name and same_experiment(entry["experiment"], config):
+            if same_experiment(entry["experiment"], config):
                 found = entry["means"]
         return found
 
@@ -132,8 +137,7 @@ class RunLedger:
         """Appends the run unless the ledger already holds these means for it."""
         if self.lookup(config) == dict(means):
             return
-        experiment = {field: value for field, value in json.loads(json.dumps(dict(config), default=str)).items()
-                      if field not in RUNTIME_FIELDS}
+        experiment = {field: value for field, value in as_json(dict(config)).items() if field not in RUNTIME_FIELDS}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as ledger:
             ledger.write(json.dumps({"experiment": experiment, "means": dict(means)}, sort_keys=True) + "\n")
