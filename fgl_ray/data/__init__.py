@@ -12,9 +12,10 @@ from fgl_ray.data.datasets import (DATASETS, SYNTHETIC, SYNTHETIC_GRAPHS, SYNTHE
 from fgl_ray.data.features import align_features, shared_svd_features
 from fgl_ray.data.graphsets import graph_federation
 from fgl_ray.data.missing import apply_missing
-from fgl_ray.data.multimodal import MultimodalOptions, generate_multimodal
+from fgl_ray.data.multimodal import MultimodalOptions, generate_multimodal, link_prediction_view
 from fgl_ray.data.longtail import apply_imbalance, global_class_counts  # also registers the LT datasets
-from fgl_ray.data.partition import PARTITIONERS, PRESETS, PartitionError, PartitionParams, build_clients, union_graph
+from fgl_ray.data.partition import (PARTITIONERS, PRESETS, PartitionError, PartitionParams, build_clients, client_nodes,
+                                   union_graph)
 from fgl_ray.data.storage import resolve_cache_dir
 from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains, generate_graphs
 from fgl_ray.data.types import ClientGraph, DatasetSpec, DomainGraph, FederatedGraphData
@@ -65,8 +66,9 @@ def build_node_data(config: ExperimentConfig) -> FederatedGraphData:
 
     Reads only ``dataset``, ``resolved_data_dir()``, ``partition``, ``num_clients``,
     ``clients_per_domain``, ``domain_ratios``, ``dirichlet_alpha``, ``resolved_split()``,
-    ``features``, ``feature_dim``, ``data_seed``, ``split_mode``, ``synthetic`` and ``imbalance_ratio`` (long-tailed variants,
-    :mod:`fgl_ray.data.longtail`) from ``config``. ``meta["class_counts"]`` holds the global
+    ``features``, ``feature_dim``, ``data_seed``, ``split_mode``, ``synthetic``, ``imbalance_ratio`` (long-tailed variants,
+    :mod:`fgl_ray.data.longtail`) and ``resolved_task()`` (two-view link prediction's structure
+    view, :func:`~fgl_ray.data.multimodal.link_prediction_view`) from ``config``. ``meta["class_counts"]`` holds the global
     training nodes per class.
 
     Args:
@@ -92,6 +94,9 @@ def build_node_data(config: ExperimentConfig) -> FederatedGraphData:
     split = tuple(config.resolved_split())
     clients = build_clients(graph, assignments, [domain.name for domain in domains], split, config.data_seed,
                             config.split_mode)
+    width = dataset_spec(config.dataset).structure_view
+    if width and config.resolved_task() == "link-prediction":
+        clients = link_prediction_view(graph, clients, client_nodes(graph, assignments), width, split, config.data_seed)
     num_classes = int(graph.y.max()) + 1
     clients = apply_imbalance(config.dataset, clients, num_classes, config.imbalance_ratio, config.data_seed)
     dims = loaded[0].modality_dims

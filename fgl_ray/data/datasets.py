@@ -33,7 +33,7 @@ from torch_geometric.datasets import (
 )
 from torch_geometric.utils import remove_self_loops, to_undirected
 
-from fgl_ray.data.embeddings import netmf_embedding
+from fgl_ray.data.embeddings import netmf_embedding, structural_features
 from fgl_ray.data.graphsets import one_hot_degree
 from fgl_ray.data.multimodal import MODALITIES, MultimodalOptions, generate_multimodal, pack, two_view
 from fgl_ray.data.storage import writable_root
@@ -196,16 +196,10 @@ def _load_synthetic_mm(root: Path | None, cache_dir: Path | None) -> list[Domain
     return generate_multimodal(MultimodalOptions(), seed=0)
 
 
-def structural_features(edge_index: Tensor, num_nodes: int, dim: int = STRUCTURE_VIEW) -> Tensor:
-    """Standardised ``dim``-wide NetMF embeddings of a graph (the second view of two-view graphs)."""
-    structure = netmf_embedding(edge_index, num_nodes, dim=dim)
-    return (structure - structure.mean(dim=0)) / structure.std(dim=0).clamp_min(1e-6)
-
-
 def _load_two_view(name: str, root: Path, cache_dir: Path) -> list[DomainGraph]:
     """A Planetoid graph as two views: bag-of-words (text) and 128-dim NetMF of the whole graph."""
     (graph,) = _load_planetoid(name, root, cache_dir)
-    return [two_view(graph, structural_features(graph.data.edge_index, graph.data.num_nodes))]
+    return [two_view(graph, structural_features(graph.data.edge_index, graph.data.num_nodes, STRUCTURE_VIEW))]
 
 
 def _load_multimodal_folder(folder_name: str, root: Path, cache_dir: Path) -> list[DomainGraph]:

@@ -30,3 +30,9 @@ def netmf_embedding(edge_index: Tensor, num_nodes: int, dim: int = 128, window: 
     u, s = u[:, :dim], s[:dim]
     signs = np.sign(u[np.abs(u).argmax(axis=0), np.arange(u.shape[1])])
     return torch.from_numpy(u * signs * np.sqrt(s)).float()
+
+
+def structural_features(edge_index: Tensor, num_nodes: int, dim: int = 128) -> Tensor:
+    """Standardised ``dim``-wide NetMF embeddings of a graph (the second view of two-view graphs)."""
+    structure = netmf_embedding(edge_index, num_nodes, dim=dim)
+    return (structure - structure.mean(dim=0)) / structure.std(dim=0).clamp_min(1e-6)

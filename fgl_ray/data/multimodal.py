@@ -21,8 +21,9 @@ Sources:
   regression on complete data (``tests/data/test_multimodal.py`` checks the properties).
 * two-view real graphs (``cora-mm``, ``citeseer-mm``): the bag-of-words as the text modality and
   a 128-dim NetMF embedding of the whole graph as the second ("visual") modality, both real and
-  correlated through the class. A stand-in for the paper's image-text graphs, which are not
-  obtainable offline.
+  correlated through the class (for link prediction, of the whole graph without any client's
+  held-out edges: :func:`link_prediction_view`). A stand-in for the paper's image-text graphs,
+  which are not obtainable offline.
 * the on-disk format (``mm:<name>``) for real multimodal graphs such as the paper's Amazon sets:
   ``<data_dir>/MultimodalGraph/<name>/`` holding ``nodes.csv`` (columns ``node`` 0..n-1 and
   ``label``, -1 where unknown), ``edges.csv`` (``src,dst``, node ids; read as undirected),
@@ -31,6 +32,9 @@ Sources:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,7 +42,9 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, to_undirected
 
-from fgl_ray.data.types import DomainGraph
+from fgl_ray.data.embeddings import structural_features
+from fgl_ray.data.splits import client_generator, split_edges
+from fgl_ray.data.types import ClientGraph, DomainGraph
 
 MODALITIES = ("visual", "text")
 
@@ -130,3 +136,27 @@ def two_view(graph: DomainGraph, structure: Tensor) -> DomainGraph:
     """A real graph as two views: its own features as text, ``structure`` [n, d] as the second view."""
     data = Data(x=pack(structure, graph.data.x), edge_index=graph.data.edge_index, y=graph.data.y)
     return DomainGraph(f"{graph.name}-mm", data, modality_dims=(structure.shape[1], graph.data.x.shape[1]))
+
+
+def link_prediction_view(graph: Data, clients: Sequence[ClientGraph], nodes: Sequence[Tensor], width: int,
+                         split: tuple[float, float, float], data_seed: int) -> list[ClientGraph]:
+    """Two-view link prediction: ``clients`` (numbered as ``nodes``, their global node ids) with the
+    structure view, the first ``width`` columns, re-embedded from the whole graph ``graph`` minus
+    every client's validation and test edges (:func:`~fgl_ray.data.splits.split_edges`, seeded
+    as the task seeds it). Held-out edges never shape the features that score them, and every
+    client's view shares one basis, as a fixed modality encoder's would."""
+    held_out = []
+    for client, ids in zip(clients, nodes):
+        _, val, test = split_edges(client.data.edge_index, split, client_generator(data_seed, client.client_id))
+        held_out.append(ids[torch.cat([val, test], dim=1)])
+    removed = torch.cat(held_out, dim=1)
+    num_nodes = graph.num_nodes
+    keys = torch.cat([removed[0] * num_nodes + removed[1], removed[1] * num_nodes + removed[0]])
+    kept = graph.edge_index[:, ~torch.isin(graph.edge_index[0] * num_nodes + graph.edge_index[1], keys)]
+    view = structural_features(kept, num_nodes, width)
+    result = []
+    for client, ids in zip(clients, nodes):
+        data = client.data.clone()
+        data.x = torch.cat([view[ids], data.x[:, width:]], dim=1)
+        result.append(replace(client, data=data))
+    return result

@@ -1,4 +1,4 @@
-"""Random or class-stratified train/validation/test node masks, seeded per client."""
+"""Random or class-stratified train/validation/test node masks and edge splits, seeded per client."""
 
 from __future__ import annotations
 
@@ -66,6 +66,16 @@ def split_masks(y: Tensor, fractions: tuple[float, float, float], mode: str,
     if mode == "random":
         return random_split_masks(y.numel(), fractions, generator)
     raise ValueError(f"unknown split mode {mode!r}; valid modes: random, stratified")
+
+
+def split_edges(edge_index: Tensor, fractions: tuple[float, float, float],
+                generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+    """The undirected edges (each once, ``src < dst``) cut into train/val/test at ``fractions``."""
+    once = edge_index[:, edge_index[0] < edge_index[1]]
+    order = once[:, torch.randperm(once.shape[1], generator=generator)]
+    train = round(fractions[0] * order.shape[1])
+    val = round(fractions[1] * order.shape[1])
+    return order[:, :train], order[:, train:train + val], order[:, train + val:]
 
 
 def _check_fractions(fractions: tuple[float, float, float]) -> None:

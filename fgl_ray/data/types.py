@@ -37,8 +37,8 @@ class DatasetSpec:
             single SVD can be fitted on their union (``features: svd``).
         multimodal: nodes carry a visual and a text modality (:mod:`fgl_ray.data.multimodal`).
         structure_view: the width of a first modality block that is an embedding of the graph's
-            own edges (two-view graphs); link prediction rebuilds it from each client's training
-            edges, so that held-out edges never shape the inputs that score them.
+            own edges (two-view graphs); for link prediction the data layer re-embeds the graph
+            without any client's held-out edges, so that they never shape the inputs that score them.
     """
 
     name: str

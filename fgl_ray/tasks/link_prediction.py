@@ -12,8 +12,9 @@ would crowd confident scores into one bin), which add over clients, and the metr
 ROC-AUC. A client with too few non-edges gets as many as exist. Pair logits come
 from the model's ``score_links`` when it has one (``mm_gnn``), else from the dot product of the two
 nodes' ``encode`` rows. On a two-view graph whose first view embeds the graph's edges
-(``cora-mm``, ``citeseer-mm``) each client rebuilds that view from its training edges, so the
-held-out edges never shape the features that score them.
+(``cora-mm``, ``citeseer-mm``) the data layer embeds the whole graph without any client's held-out
+edges (the same split, :func:`~fgl_ray.data.splits.split_edges`), so they never shape the features
+that score them and every client's view shares one basis.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
-from fgl_ray.data.datasets import dataset_spec, structural_features
-from fgl_ray.data.splits import client_generator
+from fgl_ray.data.splits import client_generator, split_edges
 from fgl_ray.data.types import ClientGraph
 from fgl_ray.metrics import auc_from_histograms, score_histogram
 from fgl_ray.tasks.base import EVAL_SPLITS, TASKS, Stats, Task
@@ -66,16 +66,6 @@ def sample_non_edges(edge_index: Tensor, num_nodes: int, count: int, generator: 
     return torch.stack([pairs // num_nodes, pairs % num_nodes])
 
 
-def split_edges(edge_index: Tensor, fractions: tuple[float, float, float],
-                generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
-    """The undirected edges (each once, ``src < dst``) cut into train/val/test at ``fractions``."""
-    once = edge_index[:, edge_index[0] < edge_index[1]]
-    order = once[:, torch.randperm(once.shape[1], generator=generator)]
-    train = round(fractions[0] * order.shape[1])
-    val = round(fractions[1] * order.shape[1])
-    return order[:, :train], order[:, train:train + val], order[:, train + val:]
-
-
 @TASKS.register("link-prediction")
 class LinkPrediction(Task):
     """Binary cross-entropy on training edges vs fresh non-edges; AUC on held-out edges."""
@@ -90,11 +80,6 @@ class LinkPrediction(Task):
         train, val, test = split_edges(data.edge_index, tuple(self.config.resolved_split()), generator)
         data.full_edge_index = data.edge_index
         data.edge_index = torch.cat([train, train.flip(0)], dim=1)
-        width = dataset_spec(self.config.dataset).structure_view
-        if width:   # an embedding of the graph's edges: rebuild it from the training edges alone
-            observed = data.x[:, -2:-1]                     # the first block's availability bit
-            data.x = data.x.clone()
-            data.x[:, :width] = structural_features(data.edge_index, data.num_nodes, width) * observed
         data.train_pos, data.val_pos, data.test_pos = train, val, test
         for name, positives in (("val", val), ("test", test)):
             data[f"{name}_neg"] = sample_non_edges(data.full_edge_index, data.num_nodes, positives.shape[1], generator)

@@ -4,13 +4,18 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import subgraph
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import train_test_split
 
 from fgl_ray.config import ConfigError, load_config
 from fgl_ray.data import build_federated_data
 from fgl_ray.data.missing import apply_missing, client_level, node_level, parse_missing
-from fgl_ray.data.multimodal import MultimodalOptions, generate_multimodal, pack, unpack
+from fgl_ray.data.embeddings import structural_features
+from fgl_ray.data.multimodal import MultimodalOptions, generate_multimodal, link_prediction_view, pack, unpack
+from fgl_ray.data.types import ClientGraph
+from fgl_ray.tasks import build_task
 
 DIMS = (MultimodalOptions().visual_dim, MultimodalOptions().text_dim)
 
@@ -170,3 +175,30 @@ def test_an_unlabelled_on_disk_graph_refuses_node_classification_but_serves_the_
         build_federated_data(load_config(values))
     data = build_federated_data(load_config(values | {"task": "modality-retrieval"}))
     assert data.num_classes == 1
+
+
+def test_link_prediction_view_embeds_the_whole_graph_without_the_held_out_edges_the_task_uses():
+    (graph,) = generate_multimodal(MultimodalOptions(num_nodes=120, communities=2), seed=3)
+    x = torch.cat([torch.zeros(120, 8), graph.data.x], dim=1)          # an 8-wide "structure" block first
+    nodes = [torch.arange(0, 120, 2), torch.arange(1, 120, 2)]        # two clients, interleaved ids
+    clients = []
+    for client_id, ids in enumerate(nodes):
+        edges, _ = subgraph(ids, graph.data.edge_index, relabel_nodes=True, num_nodes=120)
+        clients.append(ClientGraph(client_id, "d", Data(x=x[ids], edge_index=edges, y=graph.data.y[ids],
+                                                        train_mask=torch.ones(60, dtype=torch.bool))))
+    built = link_prediction_view(Data(x=x, edge_index=graph.data.edge_index, num_nodes=120), clients, nodes, 8,
+                                 (0.6, 0.2, 0.2), data_seed=5)
+    # the held-out edges as the task draws them on each client, mapped to global ids by hand
+    task = build_task(load_config({"dataset": "synthetic-mm", "task": "link-prediction", "data_seed": 5}))
+    held_out = set()
+    for client, ids in zip(clients, nodes):
+        prepared = task.prepare(client, None, "cpu")
+        for pair in torch.cat([prepared.val_pos, prepared.test_pos], dim=1).T.tolist():
+            held_out |= {(int(ids[pair[0]]), int(ids[pair[1]])), (int(ids[pair[1]]), int(ids[pair[0]]))}
+    assert held_out
+    kept = torch.tensor([e for e in graph.data.edge_index.T.tolist() if tuple(e) not in held_out]).T
+    expected = structural_features(kept, 120, 8)
+    for client, ids in zip(built, nodes):
+        torch.testing.assert_close(client.data.x[:, :8], expected[ids])               # one basis for every client
+        torch.testing.assert_close(client.data.x[:, 8:], x[ids, 8:])                  # the other view is kept
+    assert all(c.data.x[:, :8].abs().sum() == 0 for c in clients)                     # the inputs are not altered

@@ -11,7 +11,8 @@ from fgl_ray.config import load_config
 from fgl_ray.data.types import ClientGraph
 from fgl_ray.metrics import auc_from_histograms, score_histogram
 from fgl_ray.tasks import build_task, pool_stats
-from fgl_ray.tasks.link_prediction import sample_non_edges, split_edges
+from fgl_ray.data.splits import split_edges
+from fgl_ray.tasks.link_prediction import sample_non_edges
 from fgl_ray.tasks.modality import derangement, expected_hits, expected_reciprocal_rank, info_nce, tied_ranks
 
 
@@ -182,17 +183,14 @@ def test_a_dense_client_gets_every_non_edge_it_has_and_never_hangs():
     assert found.shape == (2, 4) and len({tuple(p) for p in found.T.tolist()}) == 4
 
 
-def test_link_prediction_rebuilds_a_structural_view_from_training_edges_only(shared_datasets):
+def test_two_view_link_prediction_gets_a_view_without_held_out_edges_and_prepare_keeps_it(shared_datasets):
     from fgl_ray.data import build_federated_data
 
-    config = load_config({"dataset": "cora-mm", "task": "link-prediction", "data_dir": str(shared_datasets),
-                          "num_clients": 5})
-    graph = build_federated_data(config).clients[0]
-    task = build_task(config)
-    data = task.prepare(graph, None, "cpu")
-    from fgl_ray.data.datasets import structural_features
-
-    expected = structural_features(data.edge_index, data.num_nodes)          # training edges only
-    torch.testing.assert_close(data.x[:, :128], expected)
-    torch.testing.assert_close(data.x[:, 128:], graph.data.x[:, 128:])       # the text view is untouched
-    assert not torch.allclose(data.x[:, :128], graph.data.x[:, :128])
+    values = {"dataset": "cora-mm", "data_dir": str(shared_datasets), "num_clients": 5}
+    links = build_federated_data(load_config({**values, "task": "link-prediction"})).clients
+    nodes = build_federated_data(load_config({**values, "task": "node-classification"})).clients
+    for link, node in zip(links, nodes):
+        torch.testing.assert_close(link.data.x[:, 128:], node.data.x[:, 128:])      # the text view is the same
+        assert not torch.allclose(link.data.x[:, :128], node.data.x[:, :128])       # the structure view is not
+    task = build_task(load_config({**values, "task": "link-prediction"}))
+    torch.testing.assert_close(task.prepare(links[0], None, "cpu").x, links[0].data.x)

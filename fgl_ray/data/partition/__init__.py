@@ -6,7 +6,7 @@ disjoint union of their domains. Importing a partitioner's module registers it.
 """
 
 from fgl_ray.data.partition.base import PARTITIONERS, PartitionError, Partitioner, PartitionParams, union_graph
-from fgl_ray.data.partition.clients import build_clients
+from fgl_ray.data.partition.clients import build_clients, client_nodes
 from fgl_ray.data.partition.domain import domain_partition
 from fgl_ray.data.partition.label_dirichlet import label_dirichlet_partition
 from fgl_ray.data.partition.louvain import louvain_partition
@@ -21,6 +21,7 @@ __all__ = [
     "Partitioner",
     "Preset",
     "build_clients",
+    "client_nodes",
     "domain_partition",
     "label_dirichlet_partition",
     "louvain_partition",

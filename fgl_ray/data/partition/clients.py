@@ -47,13 +47,22 @@ def build_clients(
         )
     if any(nodes.numel() == 0 for nodes in assignments):
         raise PartitionError("a partition produced an empty client; lower the number of clients")
+    return [_client(graph, nodes, client_id, domain_names[domain], split, seed, split_mode)
+            for client_id, (nodes, domain) in enumerate(_ordered(graph, assignments))]
+
+
+def client_nodes(graph: Data, assignments: Sequence[Tensor]) -> list[Tensor]:
+    """The sorted global node ids of client ``0..K-1``, as :func:`build_clients` numbers them
+    (a client's local node ``i`` is global node ``client_nodes(...)[k][i]``)."""
+    return [nodes for nodes, _ in _ordered(graph, assignments)]
+
+
+def _ordered(graph: Data, assignments: Sequence[Tensor]) -> list[tuple[Tensor, int]]:
+    """Each assignment's sorted nodes and majority domain, in client-id order (domain order,
+    stable within a domain)."""
     majority = [int(torch.bincount(graph.domain[nodes]).argmax()) for nodes in assignments]
     order = sorted(range(len(assignments)), key=lambda index: majority[index])
-    return [
-        _client(graph, assignments[index].sort().values, client_id, domain_names[majority[index]], split, seed,
-                split_mode)
-        for client_id, index in enumerate(order)
-    ]
+    return [(assignments[index].sort().values, majority[index]) for index in order]
 
 
 def _client(graph: Data, nodes: Tensor, client_id: int, domain: str,
