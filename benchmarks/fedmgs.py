@@ -140,7 +140,8 @@ def grid_tables(dataset: str, task: str, methods: dict, rates, clients, args, da
             for c in columns:
                 baselines = [mean_of(picked[label][c]) for label in picked if not label.startswith("FedMGS")]
                 best = max((value for value in baselines if not np.isnan(value)), default=float("nan"))
-                margins.append(f"{100 * (mean_of(picked['FedMGS'][c]) - best):+.2f}")
+                margin = mean_of(picked["FedMGS"][c]) - best
+                margins.append("—" if np.isnan(margin) else f"{100 * margin:+.2f}")
             lines.append(f"| *FedMGS − {others}* | " + " | ".join(margins) + " |")
         tables.append(header + "\n".join(lines) + "\n")
     return "\n".join(tables)
