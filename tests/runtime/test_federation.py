@@ -30,7 +30,7 @@ PAIRS = [(algorithm, task) for algorithm in ALGORITHMS.names() for task in ALGOR
 
 
 def _one_pair_per_algorithm(pairs):
-    """Each algorithm once, on its task that the pairs chosen so far use least: every task is covered."""
+    """Each algorithm once, on its task that the pairs chosen so far use least (spreads them over the tasks)."""
     chosen = []
     for algorithm in dict.fromkeys(a for a, _ in pairs):
         tasks = [t for a, t in pairs if a == algorithm]
@@ -70,6 +70,11 @@ def test_every_supported_algorithm_and_task_runs_two_rounds_with_three_clients(r
     assert (frame[frame.metric == "failed"]).empty
     for name in ("manifest.json", "summary.json", "learning_curves.png"):
         assert (result.run_dir / name).stat().st_size > 0
+
+
+def test_the_ray_matrix_covers_every_algorithm_and_every_task():
+    assert {a for a, _ in RAY_PAIRS} == {a for a, _ in PAIRS}
+    assert {t for _, t in RAY_PAIRS} == {t for _, t in PAIRS}
 
 
 def test_same_seeds_give_identical_metrics_on_both_backends(request, tiny_config, tiny_data):
