@@ -4,6 +4,7 @@
     python benchmarks/fedmgs.py ablation [--seeds 3]        # K = 5, rate 0.5, every task
     FGL_DATA_DIR=../shared/datasets python benchmarks/fedmgs.py two-view [--seeds 3] [--tasks link-prediction]
     python benchmarks/fedmgs.py cost                       # seconds per round and bytes uploaded
+    python benchmarks/fedmgs.py main --methods "FedMGS (graph readout)" ...   # some rows only
 
 The setting of the paper (Section 6.1): Louvain into 5 or 10 clients, 100 rounds, 10 local epochs,
 Adam (lr 1e-3; the paper gives none), the ``mm_gnn`` backbone for every method; client-level
@@ -153,9 +154,15 @@ def note(args, what: str) -> str:
             f"pooled test metric in %, last-20-round mean, mean±std over {args.seeds} seed(s))\n\n")
 
 
+def chosen_methods(args) -> dict:
+    """The rows named by ``--methods``, in the tables' order."""
+    return {label: spec for label, spec in METHODS.items() if label in args.methods}
+
+
 def main_part(args) -> None:
     cache: dict = {}
-    tables = [grid_tables("synthetic-mm", task, METHODS, args.rates, args.clients, args, cache) for task in args.tasks]
+    tables = [grid_tables("synthetic-mm", task, chosen_methods(args), args.rates, args.clients, args, cache)
+              for task in args.tasks]
     body = note(args, "synthetic-mm with its default settings") + "\n".join(tables)
     replace_section(f"fedmgs-main{args.section_suffix}", body, args.results_file)
     print(body)
@@ -173,7 +180,7 @@ def ablation_part(args) -> None:
 
 def two_view_part(args) -> None:
     cache: dict = {}
-    tables = [grid_tables(dataset, task, METHODS, RATES, (5,), args, cache)
+    tables = [grid_tables(dataset, task, chosen_methods(args), RATES, (5,), args, cache)
               for dataset in ("cora-mm", "citeseer-mm") for task in TWO_VIEW_TASKS if task in args.tasks]
     body = note(args, "Cora and CiteSeer as two views (bag-of-words text, 128-dim NetMF structure), K = 5") \
         + "\n".join(tables)
@@ -217,6 +224,8 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASK_MISSING), choices=list(TASK_MISSING))
     parser.add_argument("--rates", nargs="+", type=float, default=list(RATES), help="missing rates (main part)")
     parser.add_argument("--clients", nargs="+", type=int, default=list(CLIENTS), help="client counts (main part)")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS), metavar="METHOD",
+                        help="the rows to run and compose (main and two-view parts; default: all of %(choices)s)")
     parser.add_argument("--readout-context", choices=("none", "graph"), default=None,
                         help="mm_gnn's readout_context for every method (default: the model's, none)")
     parser.add_argument("--seeds", type=int, default=3)

@@ -42,3 +42,18 @@ def test_the_run_ledger_finds_a_run_by_its_experiment_not_by_where_it_ran(tmp_pa
     assert ledger.lookup(load_config(base | {"model_options": {"readout_context": "graph"}})) is None
     ledger.record(config, {"auc": 0.8})
     assert ledger.lookup(config) == {"auc": 0.8}
+
+
+def test_the_fedmgs_benchmark_composes_only_the_rows_asked_for(tmp_path, monkeypatch):
+    import fedmgs
+
+    results = tmp_path / "RESULTS.md"
+    monkeypatch.setattr(sys, "argv", ["fedmgs.py", "main", "--methods", "FedMGS (graph readout)", "FedProto",
+                                      "--tasks", "node-classification", "--clients", "5", "--finished-only",
+                                      "--ledger", str(tmp_path / "empty.jsonl"), "--out", str(tmp_path / "runs"),
+                                      "--results-file", str(results), "--section-suffix=-rows"])
+    fedmgs.main()
+    section = results.read_text().split("<!-- fedmgs-main-rows:begin -->")[1]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ") and "ρ=" not in line]
+    assert rows == ["FedProto", "FedMGS (graph readout)"]
+    assert "| — | — | — |" in section
