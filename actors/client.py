@@ -1,7 +1,15 @@
-"""``ClientActor``: hosts one or more virtual clients in one worker process."""
+"""``ClientActor``: a warm worker process that hosts the virtual clients of one federation at a time.
+
+The process imports torch, PyG and fgl-ray's client side once, when it starts, and then takes
+federation after federation: :meth:`ClientActor.host` builds the clients of a run under a lease
+(a token naming that run), every later call names the lease, and :meth:`ClientActor.release`
+drops them. A call naming another lease is refused, so a late call of a finished run can never
+touch the clients of the next one.
+"""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from typing import Any, Sequence
@@ -9,13 +17,13 @@ from typing import Any, Sequence
 import ray
 import torch
 
-from fgl_ray.config import ExperimentConfig
 from fgl_ray.messages import Broadcast, ClientEvaluation, ClientFailure, ClientUpdate
-from fgl_ray.runtime.client import ClientRuntime
-from fgl_ray.runtime.local_backend import call_clients
-
 
 logger = logging.getLogger(__name__)
+
+
+class LeaseError(RuntimeError):
+    """A call for a federation this worker does not host (any more)."""
 
 
 def assigned_device() -> torch.device:
@@ -57,11 +65,14 @@ def cap_gpu_memory(device: torch.device, share: float) -> float | None:
 
 @ray.remote
 class ClientActor:
-    """Receives its clients' partitions as object refs; each client keeps its own state."""
+    """A worker: imports what clients need once, then hosts one federation's clients at a time."""
 
-    def __init__(self, config: ExperimentConfig, graph_refs: Sequence[ray.ObjectRef], num_features: int,
-                 num_classes: int, threads: int) -> None:
-        torch.set_num_threads(threads)
+    def __init__(self) -> None:
+        from fgl_ray.imports import defer_pyg_datasets
+
+        defer_pyg_datasets()
+        import fgl_ray.runtime.host  # noqa: F401  (torch, PyG, models, tasks, algorithms: imported now, once)
+
         device = assigned_device()
         share = assigned_gpu_share()
         if share > 0 and device.type == "cpu":
@@ -69,46 +80,69 @@ class ClientActor:
                            "(torch %s); its clients train on CPU", share, ray.get_gpu_ids(), torch.__version__)
         self.memory_fraction = cap_gpu_memory(device, share)
         self.device_ = device
-        self.clients = {
-            graph.client_id: ClientRuntime(graph, config, num_features, num_classes, device)
-            for graph in ray.get(list(graph_refs))
-        }
+        self.lease: str | None = None
+        self.host_ = None
 
-    def run(self, method: str, broadcast: Broadcast,
+    def ready(self) -> str:
+        """Answers once the process is up and its imports are done (the device it trains on)."""
+        return str(self.device_)
+
+    def host(self, lease: str, config, graph_refs: Sequence[ray.ObjectRef], num_features: int, num_classes: int,
+             threads: int) -> dict[str, Any]:
+        """Builds the clients of the federation ``lease`` from their partitions; drops any others."""
+        from fgl_ray.runtime.host import ClientHost
+
+        self.release(self.lease)
+        torch.set_num_threads(threads)
+        self.host_ = ClientHost(ray.get(list(graph_refs)), config, num_features, num_classes, self.device_)
+        self.lease = lease
+        return self.placement()
+
+    def release(self, lease: str | None) -> None:
+        """Drops the clients of ``lease`` (nothing when this worker hosts another one)."""
+        if lease is not None and lease == self.lease:
+            self.lease, self.host_ = None, None
+            gc.collect()
+
+    def _hosting(self, lease: str):
+        if self.host_ is None or lease != self.lease:
+            raise LeaseError(f"this worker hosts {'no federation' if self.lease is None else 'another federation'}, "
+                             f"not lease {lease}")
+        return self.host_
+
+    def run(self, lease: str, method: str, broadcast: Broadcast,
             client_ids: Sequence[int]) -> list[ClientUpdate | ClientEvaluation | ClientFailure]:
         """``train`` or ``evaluate`` for each hosted client in ``client_ids``, one after another, in
         one remote call; a client that raises becomes a :class:`ClientFailure`, the others go on."""
-        return call_clients(self.clients, method, broadcast, client_ids)
+        return self._hosting(lease).run(method, broadcast, client_ids)
 
-    def weights(self) -> dict[int, torch.Tensor]:
+    def weights(self, lease: str) -> dict[int, torch.Tensor]:
         """Each hosted client's current model weights."""
-        return {client_id: client.weights() for client_id, client in self.clients.items()}
+        return self._hosting(lease).weights()
 
-    def states(self) -> dict[int, bytes]:
+    def states(self, lease: str) -> dict[int, bytes]:
         """Each hosted client's persistent state, for a checkpoint."""
-        return {client_id: client.state_bytes() for client_id, client in self.clients.items()}
+        return self._hosting(lease).states()
 
-    def restore(self, states: dict[int, bytes]) -> None:
+    def restore(self, lease: str, states: dict[int, bytes]) -> None:
         """Loads checkpointed states into the hosted clients they name."""
-        for client_id, blob in states.items():
-            self.clients[client_id].load_state_bytes(blob)
+        self._hosting(lease).restore(states)
 
-    def client_state(self, client_id: int, key: str):
+    def client_state(self, lease: str, client_id: int, key: str):
         """One entry of a hosted client's persistent algorithm state."""
-        return self.clients[client_id].ctx.state[key]
-
-    def device(self) -> str:
-        return str(assigned_device())
+        return self._hosting(lease).client_state(client_id, key)
 
     def placement(self) -> dict[str, Any]:
         """Where this actor runs: node, device, Ray's GPU ids and resources, CUDA visibility, clients."""
+        context = ray.get_runtime_context()
         return {
-            "actor_id": ray.get_runtime_context().get_actor_id(),
-            "node_id": ray.get_runtime_context().get_node_id(),
+            "actor_id": context.get_actor_id(),
+            "node_id": context.get_node_id(),
+            "pid": os.getpid(),
             "device": str(self.device_),
             "gpu_ids": [str(i) for i in ray.get_gpu_ids()],
-            "resources": dict(ray.get_runtime_context().get_assigned_resources()),
+            "resources": dict(context.get_assigned_resources()),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "memory_fraction": self.memory_fraction,
-            "clients": sorted(self.clients),
+            "clients": sorted(self.host_.clients) if self.host_ is not None else [],
         }

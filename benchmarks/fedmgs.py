@@ -201,7 +201,7 @@ def cost_part(args) -> None:
                                   "overwrite": True})
             data = build_federated_data(config)
             backend = open_backend(config, data)
-            update = backend.pool.clients[0].train(backend.server.broadcast(0))
+            update = backend.host.clients[0].train(backend.server.broadcast(0))
             statistics_bytes = sum(t.numel() * t.element_size() for t in update.stats.values())
             total = update.update.numel() * update.update.element_size() + statistics_bytes + 8   # + the sample count
             result = complete_run(config, data)

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                      help="continue an interrupted run from its checkpoint.pt, as it was configured")
+    run.add_argument("--address", default=None,
+                     help="a running Ray cluster to join (default $RAY_ADDRESS, else a local Ray starts); runs "
+                          "borrow the workers of its pool when one runs there (fgl-ray pool start)")
 
     datasets = commands.add_parser("datasets", help="datasets and whether each is available offline")
     datasets.add_argument("--data-dir", type=Path, default=None, help="dataset root (default $FGL_DATA_DIR or cache)")
@@ -79,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fgl_ray.runtime.timing import StartupClock, process_started_at
+
+    clock = StartupClock(launched=process_started_at())
     values = _config_values(args)
     if args.resume is not None:
         values = _resume_values(args, values)
@@ -88,32 +94,69 @@ def _run(args: argparse.Namespace) -> int:
     configs = [load_config(values | {"algorithm": name} | ({"run_name": f"{named}-{name}"} if named and
                                                            len(algorithms) > 1 else {}), yaml_path=args.config)
                for name in algorithms]
-    from fgl_ray.data import build_federated_data
+    _refuse_missing_gpus(configs[0])
+    from fgl_ray.data import check_files, expected_clients
+    from fgl_ray.runtime.federation import check_fits
+
+    check_files(configs[0])
+    for config in configs:
+        check_fits(config, range(expected_clients(config)))
+    simulator = _simulator(args, configs[0])   # every input is valid: Ray may start now
+    try:
+        return _run_all(args, configs, simulator, clock)
+    finally:
+        if simulator is not None:
+            simulator.close(wait=False)   # leaves Ray while the tables print
+            simulator.join()
+
+
+def _simulator(args: argparse.Namespace, config: ExperimentConfig):
+    """A Simulator that starts (or joins) Ray now, in the background, or None for an in-process run."""
+    if config.backend != "ray":
+        return None
+    from fgl_ray.runtime.simulator import Simulator
+
+    return Simulator(address=args.address, progress=not args.no_progress).start()
+
+
+def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulator, clock) -> int:
+    from fgl_ray.data import build_federated_data, expected_clients
     from fgl_ray.results import comparison_table, pooled_table
     from fgl_ray.runtime import run_experiment
     from fgl_ray.runtime.federation import check_fits
+    from fgl_ray.runtime.timing import StartupClock
     from fgl_ray.tasks import build_task
 
-    _refuse_missing_gpus(configs[0])
+    clock.mark("imports")
+    if simulator is not None:
+        simulator.prestart(configs[0], expected_clients(configs[0]))
     data = build_federated_data(configs[0])
     for config in configs:
-        check_fits(config, data)
+        check_fits(config, [graph.client_id for graph in data.clients])
     print(f"{configs[0].dataset}: {len(data.clients)} clients over domains {', '.join(data.domains)}; "
           f"{data.num_features} features, {data.num_classes} classes", flush=True)
-    results = {}
-    with _maybe_ray(configs[0]):
-        for config in configs:
-            result = run_experiment(config, data, progress=not args.no_progress, resume=args.resume is not None)
-            results[f"{config.algorithm}+{config.aggregator}"] = result
-            print(f"results: {result.run_dir}", flush=True)
-            if result.summary["coverage"].get("interrupted"):
-                break
+    results, startups = {}, {}
+    for config in configs:
+        run = simulator.run if simulator is not None else run_experiment
+        result = run(config, data, progress=not args.no_progress, resume=args.resume is not None, clock=clock)
+        label = f"{config.algorithm}+{config.aggregator}"
+        results[label] = result
+        startups[label] = clock.describe()
+        clock = StartupClock()
+        print(f"results: {result.run_dir}", flush=True)
+        if result.summary["coverage"].get("interrupted"):
+            break
+    if simulator is not None:
+        simulator.close(wait=False)       # shut Ray down while the tables print
     summaries = {label: result.summary for label, result in results.items()}
     evaluated = len(next(iter(summaries.values()))["rounds"])
     window = f"test, mean ± std over the last {evaluated} evaluated rounds"
     metric = build_task(configs[0]).headline
     print(f"{metric} per domain ({window}):\n{comparison_table(summaries, metric)}")
     print(f"\npooled over all clients ({window}):\n{pooled_table(summaries)}")
+    print()
+    for label, line in startups.items():
+        print(f"{label}: {line}")
     incomplete = {label: s["coverage"] for label, s in summaries.items() if not s["coverage"]["complete"]}
     for label, coverage in incomplete.items():
         because = "; ".join(coverage["problems"])
@@ -166,16 +209,6 @@ def _refuse_missing_gpus(config: ExperimentConfig) -> None:
         raise ConfigError(problem)
 
 
-def _maybe_ray(config: ExperimentConfig):
-    import contextlib
-
-    if config.backend != "ray":
-        return contextlib.nullcontext()
-    from fgl_ray.runtime.ray_backend import ray_session
-
-    return ray_session()
-
-
 def _datasets(args: argparse.Namespace) -> int:
     from fgl_ray.data.datasets import DATASETS, available_offline
 
@@ -218,6 +251,20 @@ def _add_tune_commands(commands) -> None:
     tune.add_argument("--limit", type=int, default=None, help="keep the first N values of every axis")
     tune.add_argument("--dry-run", action="store_true", help="validate and list the points, start nothing")
     tune.add_argument("--verbose", type=int, default=1, help="Tune console verbosity 0-3 (default 1)")
+    tune.add_argument("--address", default=None,
+                      help="a running Ray cluster to join (default $RAY_ADDRESS, else a local Ray starts); trials "
+                           "borrow the workers of its pool when one runs there (fgl-ray pool start)")
+
+    pool = commands.add_parser("pool", help="a pool of warm client workers on a running Ray cluster (the service)")
+    actions = pool.add_subparsers(dest="action", required=True)
+    start = actions.add_parser("start", help="start the pool (runs and grids on the cluster borrow from it)")
+    start.add_argument("--workers", type=int, default=None, help="workers (default: one per CPU of the cluster)")
+    start.add_argument("--cpus-per-worker", type=float, default=None,
+                       help="CPUs each worker reserves (default: 90%% of the cluster's CPUs over the workers)")
+    for action in (start, actions.add_parser("status", help="the pool's workers and who borrows them"),
+                   actions.add_parser("stop", help="end the pool and its workers")):
+        action.add_argument("--address", default=None,
+                            help="the Ray cluster (default $RAY_ADDRESS, else the one `ray start` started here)")
 
     report = commands.add_parser("report", help="redraw plots of a grid folder or a run folder from stored results")
     report.add_argument("folder", type=Path, help="a grid folder (grid.json) or a run folder (metrics.parquet)")
@@ -249,7 +296,7 @@ def _tune(args: argparse.Namespace) -> int:
     from fgl_ray.tune.report import format_trials
     from fgl_ray.tune.runner import run_grid
 
-    outcome = run_grid(grid, resume=args.resume, verbose=args.verbose)
+    outcome = run_grid(grid, resume=args.resume, verbose=args.verbose, address=args.address)
     import pandas as pd
 
     print(format_trials(pd.read_parquet(outcome.trials_table)))
@@ -295,11 +342,66 @@ def _report(args: argparse.Namespace) -> int:
         return 2
 
 
+def _pool(args: argparse.Namespace) -> int:
+    """``fgl-ray pool start | status | stop`` on a running cluster (never a Ray of its own)."""
+    import os
+    import time
+
+    from fgl_ray.runtime.ray_host import LOCAL_RAY_ENV
+
+    for key, value in LOCAL_RAY_ENV.items():
+        os.environ.setdefault(key, value)
+    import ray
+
+    from actors.service import default_shape, find_pool, start_pool, stop_pool
+    from fgl_ray.runtime.resources import WorkerShape
+
+    address = args.address or os.environ.get("RAY_ADDRESS") or "auto"
+    try:
+        ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    except ConnectionError as error:
+        raise ConfigError(f"no running Ray cluster at {address!r} ({error}); start one with `ray start --head` (or "
+                          "`ray up cluster.yaml`), or pass its address with --address") from None
+    try:
+        pool = find_pool()
+        if args.action == "start":
+            if pool is not None:
+                print("a pool already runs on this cluster (fgl-ray pool stop ends it):")
+            else:
+                cluster = ray.cluster_resources()
+                workers = args.workers or max(1, int(cluster.get("CPU", 1)))
+                shape = default_shape(cluster, workers)
+                if args.cpus_per_worker is not None:
+                    shape = WorkerShape(args.cpus_per_worker, shape.gpus, shape.hide_gpus)
+                started = time.perf_counter()
+                start_pool(workers, shape)
+                print(f"started {workers} warm client workers ({shape.cpus:g} CPUs, {shape.gpus:g} GPUs each) in "
+                      f"{time.perf_counter() - started:.1f} s; runs connected to this cluster borrow them")
+                pool = find_pool()
+        elif args.action == "stop":
+            print("stopped the pool and its workers" if stop_pool() else "no pool runs on this cluster")
+            return 0
+        if pool is None:
+            print("no pool runs on this cluster (fgl-ray pool start starts one)")
+            return 1
+        status = ray.get(pool.keeper.status.remote())
+        print(f"pool: {status['workers']} workers ({status['cpus_per_worker']:g} CPUs, {status['gpus_per_worker']:g} "
+              f"GPUs each), {status['idle']} idle, {status['replaced']} replaced since it started")
+        for lease in status["leases"]:
+            print(f"  lent: {lease['workers']} to {lease['borrower']} for {time.time() - lease['since']:.0f} s")
+        return 0
+    finally:
+        ray.shutdown()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    handlers = {"run": _run, "datasets": _datasets, "list": _list, "tune": _tune, "report": _report}
+    handlers = {"run": _run, "datasets": _datasets, "list": _list, "tune": _tune, "report": _report, "pool": _pool}
+    from fgl_ray.imports import defer_pyg_datasets
     from fgl_ray.interrupts import interrupt_on_sigterm
+
+    defer_pyg_datasets()
 
     signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:

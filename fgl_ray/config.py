@@ -129,7 +129,9 @@ class ExperimentConfig(BaseModel):
 
     # --- runtime
     backend: Literal["ray", "local"] = Field("ray", description="ray actors or in-process")
-    clients_per_actor: Optional[int] = Field(None, description="virtual clients per actor; default spreads over CPUs")
+    clients_per_actor: Union[Literal["auto"], int] = Field(
+        "auto", description="virtual clients per client actor; auto = as many actors as there are CPUs to run them "
+                            "and memory to hold them, at most one per client")
     torch_threads: Optional[int] = Field(None, description="torch intra-op threads per worker; default follows CPUs")
     gpus_per_client: Union[Literal["auto"], float] = Field(
         "auto", description="GPU share (Ray num_gpus) of each client actor, which its clients_per_actor virtual "
@@ -243,7 +245,16 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"clip_norm must be a finite number > 0 or unset, got {value}")
         return value
 
-    @field_validator("clients_per_actor", "torch_threads", "max_graphs")
+    @field_validator("clients_per_actor", mode="before")
+    @classmethod
+    def _clients_per_actor(cls, value: Any) -> Any:
+        if value is None:
+            return "auto"
+        if not isinstance(value, str) and isinstance(value, int) and value < 1:
+            raise ValueError(f"clients_per_actor must be auto or an integer >= 1, got {value}")
+        return value
+
+    @field_validator("torch_threads", "max_graphs")
     @classmethod
     def _optional_positive(cls, value: Optional[int], info) -> Optional[int]:
         if value is not None and value < 1:

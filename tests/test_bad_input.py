@@ -36,7 +36,7 @@ def fixture_folder(tmp_path, monkeypatch):
     (tmp_path / "bad-grid.yaml").write_text("base: {rounds: 1\n")
     (tmp_path / "tune_configs").symlink_to(REPO / "tune_configs")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_maybe_ray", lambda config: pytest.fail("Ray must not start on bad input"))
+    monkeypatch.setattr(cli, "_simulator", lambda *args: pytest.fail("Ray must not start on bad input"))
     yield tmp_path
     os.chmod(tmp_path / "read-only", 0o755)
 

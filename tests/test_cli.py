@@ -12,7 +12,7 @@ def test_list_names_every_registry(capsys):
 
 
 def test_bad_input_fails_before_any_ray_process(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_maybe_ray", lambda config: pytest.fail("Ray must not start on bad input"))
+    monkeypatch.setattr(cli, "_simulator", lambda *args: pytest.fail("Ray must not start on bad input"))
     assert cli.main(["run", "--algorithm", "fedfoo"]) == 2
     err = capsys.readouterr().err
     assert "unknown algorithm 'fedfoo'" in err and "fedavg" in err

@@ -35,10 +35,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional, Sequence
 
-import networkx as nx
 import numpy as np
 import torch
-from dtaidistance import dtw
 from pydantic import Field
 from torch import Tensor
 
@@ -66,6 +64,8 @@ def cosine_similarities(changes: Tensor) -> np.ndarray:
 
 def dtw_distances(sequences: Sequence[Sequence[float]], standardize: bool = False) -> np.ndarray:
     """Pairwise DTW distances (dtaidistance) of equally long sequences (``[K, K]``)."""
+    from dtaidistance import dtw   # server side only: client workers never import it
+
     series = np.asarray(sequences, dtype=np.float64)
     if standardize:
         series = series / np.maximum(series.std(axis=1, keepdims=True), 1e-12)
@@ -75,6 +75,8 @@ def dtw_distances(sequences: Sequence[Sequence[float]], standardize: bool = Fals
 def min_cut_bipartition(weights: np.ndarray, members: Sequence[int]) -> tuple[list[int], list[int]]:
     """The Stoer–Wagner minimum cut of the complete graph over ``members`` with edge weights
     ``weights`` (``[K, K]``, symmetric, non-negative; the diagonal is ignored), as two sorted lists."""
+    import networkx as nx   # server side only: client workers never import it
+
     graph = nx.Graph()
     for i in range(len(members)):
         for j in range(i + 1, len(members)):

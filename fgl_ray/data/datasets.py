@@ -383,3 +383,6 @@ for _group, _members in TU_GROUPS.items():
         files=tuple(f for member in _members for f in _tu_files(member)),
         description=f"GCFL's {_group.upper()} group, one client per dataset: {', '.join(_members)}",
     ))
+
+
+from fgl_ray.data import longtail  # noqa: E402,F401  (registers the long-tailed variants; it reads this registry)

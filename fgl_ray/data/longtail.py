@@ -1,6 +1,6 @@
 """Long-tailed node-classification datasets (FedEPD's setting) and global training class counts.
 
-Registered here (importing :mod:`fgl_ray.data` registers them):
+Registered here (importing :mod:`fgl_ray.data.datasets` registers them):
 
 * ``cora-lt``, ``citeseer-lt``, ``chameleon-lt``: the base graph with its TRAINING labels
   down-sampled per class along a geometric profile to ``config.imbalance_ratio`` (IR).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Literal
 
 import torch
@@ -150,4 +149,20 @@ class FederatedGraphData:
     num_features: int
     num_classes: int
     meta: dict = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every client's tensors together (what a federation ships to its workers)."""
+        return sum(tensor_bytes(client.data) for client in self.clients)
+
+
+def tensor_bytes(value: "Tensor | Data | GraphSet") -> int:
+    """Bytes of the tensors a tensor, a PyG ``Data`` or a :class:`GraphSet` holds."""
+    if isinstance(value, Tensor):
+        return value.element_size() * value.numel()
+    if isinstance(value, GraphSet):
+        return sum(map(tensor_bytes, [*value.graphs, value.y, value.train_mask, value.val_mask, value.test_mask]))
+    if isinstance(value, Data):
+        return sum(tensor_bytes(v) for store in value.stores for v in store.values() if isinstance(v, Tensor))
+    return 0
 

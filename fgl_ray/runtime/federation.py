@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -17,7 +17,7 @@ from fgl_ray.config import ConfigError, ExperimentConfig
 from fgl_ray.data import build_federated_data
 from fgl_ray.data.longtail import training_class_counts
 from fgl_ray.data.types import FederatedGraphData
-from fgl_ray.interrupts import interrupts_deferred
+from fgl_ray.interrupts import StopRequest, interrupts_deferred
 from fgl_ray.metrics import class_frequency_order
 from fgl_ray.models.base import model_options
 from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_accuracy, plot_class_accuracy,
@@ -28,8 +28,9 @@ from fgl_ray.results.references import reference_scores
 from fgl_ray.results.writer import METRICS_DIRNAME
 from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint, save_checkpoint
 from fgl_ray.runtime.coverage import Coverage, FailureLog
-from fgl_ray.runtime.records import round_rows
+from fgl_ray.runtime.records import round_rows, round_timing, startup_rows, timing_rows
 from fgl_ray.runtime.server import RoundResult
+from fgl_ray.runtime.timing import StartupClock
 from fgl_ray.tasks import build_task, pool_stats
 
 
@@ -42,6 +43,11 @@ class RunResult:
     summary: dict[str, Any]
     #: the round a resumed run continued from (None: it ran from round 0)
     resumed_from: int | None = None
+
+    @property
+    def metrics(self):
+        """The run's long-format metrics table (a pandas DataFrame, read from ``metrics.parquet``)."""
+        return read_metrics(self.run_dir)
 
 
 #: Where the client actors of a Ray run were placed (written after the first round).
@@ -66,18 +72,20 @@ class Bookkeeping:
                 self.test_counts.setdefault(evaluation.client_id, evaluation.stats["test"]["confusion"].sum(axis=1))
 
 
-def check_fits(config: ExperimentConfig, data: FederatedGraphData) -> None:
-    """Refuses settings that name more or other clients than ``data`` has (before anything runs).
+def check_fits(config: ExperimentConfig, client_ids: Iterable[int]) -> None:
+    """Refuses settings that name more or other clients than the federation's ``client_ids`` (before
+    anything runs; the command line checks the count its partition will make before Ray starts).
 
     Raises:
         ConfigError: a fault names a missing client; ``min_clients`` exceeds the clients.
     """
-    unknown = sorted({c for fault in config.faults for c in fault.clients} - {g.client_id for g in data.clients})
+    client_ids = sorted(client_ids)
+    unknown = sorted({c for fault in config.faults for c in fault.clients} - set(client_ids))
     if unknown:
         raise ConfigError(f"faults name clients {unknown}, which this federation does not have (clients 0.."
-                          f"{len(data.clients) - 1})")
-    if config.min_clients > len(data.clients):
-        raise ConfigError(f"min_clients {config.min_clients} exceeds the {len(data.clients)} clients of this "
+                          f"{len(client_ids) - 1})")
+    if config.min_clients > len(client_ids):
+        raise ConfigError(f"min_clients {config.min_clients} exceeds the {len(client_ids)} clients of this "
                           "federation, so no round could aggregate; lower --min-clients")
 
 
@@ -91,16 +99,18 @@ def configured_for(config: ExperimentConfig, data: FederatedGraphData) -> Experi
     return config.with_overrides(model_options=dictated | config.model_options)
 
 
-def open_backend(config: ExperimentConfig, data: FederatedGraphData):
-    """The backend named by ``config.backend`` (the Ray one needs a running Ray session)."""
+def open_backend(config: ExperimentConfig, data: FederatedGraphData, lender=None, plan=None,
+                 clock: StartupClock | None = None):
+    """The backend named by ``config.backend``. The Ray one needs a running Ray session and borrows
+    its workers from ``lender`` (:mod:`fgl_ray.runtime.ray_backend`), by default workers of its own."""
     config = configured_for(config, data)
     if config.backend == "local":
         from fgl_ray.runtime.local_backend import LocalBackend
 
-        return LocalBackend(config, data)
+        return LocalBackend(config, data, clock=clock)
     from fgl_ray.runtime.ray_backend import RayBackend
 
-    return RayBackend(config, data)
+    return RayBackend(config, data, lender=lender, plan=plan, clock=clock)
 
 
 def claim_run_dir(run_dir: Path, overwrite: bool) -> Path:
@@ -131,113 +141,193 @@ def _pooled_val(rows: list[dict], metric: str) -> float | None:
     return None
 
 
-def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = None, progress: bool = True,
-                   on_round: Callable[[RoundResult, list[dict]], None] | None = None,
-                   class_plot: bool | None = None, resume: bool = False) -> RunResult:
-    """Runs one federation end to end and writes its results folder.
+class FederationRun:
+    """One federation from set-up to summary, a round per :meth:`step`.
+
+    :func:`run_experiment` steps it to the end (with Ctrl-C handling); a Tune trainable steps it
+    one round per Tune iteration. Set-up (the constructor) builds the data when not given, claims
+    or resumes the run folder and opens the backend; :meth:`finish` closes the backend and writes
+    the summary and plots.
 
     Args:
         config: the validated experiment.
         data: pre-built client partitions (built from the config when omitted).
         progress: show a progress bar with ETA over rounds.
-        on_round: called after each round with its result and rows (Tune reports here).
         class_plot: write ``class_accuracy.png``/``.json`` (per-class test accuracy of the last
             evaluation over frequency-sorted classes); default: when the dataset has >= 3 classes.
         resume: continue the run in the config's run folder from its ``checkpoint.pt`` (the
             rows of rounds after the checkpoint are discarded and those rounds run again).
-
-    Returns:
-        The run id, its folder and its summary.
+        lender, plan: where a Ray run borrows its workers, and a fixed resource plan (see
+            :class:`~fgl_ray.runtime.ray_backend.RayBackend`).
+        clock: the start-up clock of this run (default: started now); see :mod:`fgl_ray.runtime.timing`.
 
     Raises:
         ConfigError: ``resume`` and the run folder holds no checkpoint.
     """
-    data = data or build_federated_data(config)
-    config = configured_for(config, data)
-    check_fits(config, data)
-    run_id = default_run_id(config)
-    run_dir = Path(config.output_dir) / run_id
-    checkpoint = load_checkpoint(run_dir) if resume else None
-    if checkpoint is None:
-        claim_run_dir(run_dir, config.overwrite)
-        write_manifest(run_dir, config.model_dump(mode="json"), seeds={"seed": config.seed,
-                                                                       "data_seed": config.data_seed},
-                       extra={"run_id": run_id, "domains": data.domains, "num_clients": len(data.clients),
-                              "client_domains": {g.client_id: g.domain for g in data.clients}})
-    writer = MetricsWriter(run_dir, run_id)
-    task = build_task(config)
-    domain_of = {graph.client_id: graph.domain for graph in data.clients}
-    class_counts = training_class_counts(data)
-    class_order = class_frequency_order(class_counts)
-    backend = open_backend(config, data)
-    if checkpoint is None:
-        book, first = Bookkeeping(Coverage(clients=len(data.clients), min_clients=config.min_clients)), 0
-    else:
-        book, first = restore_run(checkpoint, backend, writer, run_dir, config), checkpoint.next_round
-    checkpointed = first
-    bar = tqdm(range(first, config.rounds), desc=run_id, unit="round", disable=not progress, leave=True,
-               initial=first, total=config.rounds)
+
+    def __init__(self, config: ExperimentConfig, data: FederatedGraphData | None = None, progress: bool = True,
+                 class_plot: bool | None = None, resume: bool = False, lender=None, plan=None,
+                 clock: StartupClock | None = None) -> None:
+        self.clock = clock or StartupClock()
+        data = data or build_federated_data(config)
+        self.clock.mark("data")
+        config = configured_for(config, data)
+        check_fits(config, [graph.client_id for graph in data.clients])
+        self.config, self.data, self.class_plot = config, data, class_plot
+        self.run_id = default_run_id(config)
+        self.run_dir = run_dir = Path(config.output_dir) / self.run_id
+        self.checkpoint = load_checkpoint(run_dir) if resume else None
+        if self.checkpoint is None:
+            claim_run_dir(run_dir, config.overwrite)
+            write_manifest(run_dir, config.model_dump(mode="json"),
+                           seeds={"seed": config.seed, "data_seed": config.data_seed},
+                           extra={"run_id": self.run_id, "domains": data.domains, "num_clients": len(data.clients),
+                                  "client_domains": {g.client_id: g.domain for g in data.clients}})
+        self.writer = MetricsWriter(run_dir, self.run_id)
+        self.task = build_task(config)
+        self.domain_of = {graph.client_id: graph.domain for graph in data.clients}
+        self.class_counts = training_class_counts(data)
+        self.class_order = class_frequency_order(self.class_counts)
+        self.backend = open_backend(config, data, lender=lender, plan=plan, clock=self.clock)
+        self._open = True
+        try:
+            if self.checkpoint is None:
+                self.book, self.first = Bookkeeping(Coverage(clients=len(data.clients),
+                                                             min_clients=config.min_clients)), 0
+            else:
+                self.book = restore_run(self.checkpoint, self.backend, self.writer, run_dir, config)
+                self.first = self.checkpoint.next_round
+            self.next_round = self.checkpointed = self.first
+            self.bar = tqdm(total=config.rounds, initial=self.first, desc=self.run_id, unit="round",
+                            disable=not progress, leave=True)
+            self.sink = (run_dir / "failures.jsonl").open("a")
+        except BaseException:
+            self.backend.close()
+            raise
+        self.failure_log = FailureLog(self.sink, self.bar.write, self.book.failure_kinds)
+        self._timing_rows: list[dict] = []   # a round's timing rows wait for its write time
+
+    @property
+    def done(self) -> bool:
+        return self.next_round >= self.config.rounds
+
+    def step(self, stop: StopRequest | None = None) -> tuple[RoundResult, list[dict]]:
+        """Runs the next round, records it and checkpoints when due (or when ``stop`` was requested
+        while the round ran)."""
+        round_index = self.next_round
+        result = self.backend.run_round(round_index)
+        if round_index == self.first:
+            self.clock.mark("round_0")
+        said = self.book.coverage.observe(result)
+        if said:
+            self.bar.write(said)
+        written = time.perf_counter()
+        rows = round_rows(result, self.domain_of, self.task, self.config.diagnostics_fraction, self.class_order,
+                          self.config.class_group_cuts)
+        if round_index == self.first:
+            rows += startup_rows(round_index, self.clock)
+        self.book.observe(result)
+        self.writer.write(rows + self._timing_rows)
+        if result.diagnostics:
+            save_diagnostics(self.run_dir, result)
+        self.failure_log.record(result)
+        self._timing_rows = timing_rows(result, time.perf_counter() - written)
+        score = _pooled_val(rows, self.task.headline)
+        if score is not None:
+            self.bar.set_postfix({f"val_{self.task.headline}": f"{score:.3f}", "failed": len(result.failures)})
+        self.bar.update()
+        if round_index == self.first and (placements := self.backend.placements()):
+            (self.run_dir / PLACEMENTS_FILE).write_text(json.dumps(placements, indent=1))
+        self.next_round = finished = round_index + 1
+        every = self.config.checkpoint_every
+        if finished < self.config.rounds and ((stop is not None and stop.requested) or
+                                                (every and finished % every == 0)):
+            self.save_checkpoint()
+        return result, rows
+
+    def save_checkpoint(self) -> None:
+        """Saves the whole federation after the last finished round."""
+        save_checkpoint(self.run_dir, Checkpoint(self.next_round, *self.backend.checkpoint(), driver={
+            "book": self.book, "parts": self.writer.parts_written, "failure_bytes": self.sink.tell()}))
+        self.checkpointed = self.next_round
+
+    def close(self) -> None:
+        """Ends the rounds: closes the progress bar and the failure log, gives the workers back."""
+        if self._open:
+            self._open = False
+            self.bar.close()
+            self.sink.close()
+            self.backend.close()
+
+    def finish(self) -> RunResult:
+        """Closes the run, then writes its summary (with the start-up breakdown) and plots."""
+        if self._open:
+            self.failure_log.close()
+            if self._timing_rows:
+                self.writer.write(self._timing_rows)
+                self._timing_rows = []
+        self.close()
+        config, run_dir, book = self.config, self.run_dir, self.book
+        checkpointed = self.checkpointed
+        if book.coverage.rounds == config.rounds:   # finished: nothing left to resume
+            (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
+            checkpointed = 0
+        metrics = read_metrics(run_dir)
+        summary = summarize(metrics, last_k=config.last_k, selection_metric=self.task.headline)
+        if book.test_counts:
+            summary["references"] = reference_scores(book.test_counts, self.domain_of)
+        summary["coverage"] = book.coverage.report(config.min_coverage, planned_rounds=config.rounds)
+        if checkpointed:
+            summary["checkpoint"] = {"file": CHECKPOINT_FILE, "next_round": checkpointed}
+        if self.clock.finished:
+            summary["startup"] = self.clock.report()
+        summary["round_timing"] = round_timing(metrics)
+        write_summary(run_dir, summary)
+        plot_learning_curves(metrics, run_dir / "learning_curves.png", metric=self.task.headline)
+        data = self.data
+        if book.last_test is not None and (data.num_classes >= 3 if self.class_plot is None else self.class_plot):
+            save_class_accuracy(run_dir, config, book.last_test, self.class_counts)
+        if config.diagnostics:
+            plot_saved_diagnostics(run_dir, metrics, self.domain_of)
+        save_clusters(run_dir, metrics)
+        return RunResult(self.run_id, run_dir, summary, self.checkpoint.next_round if self.checkpoint else None)
+
+
+def run_experiment(config: ExperimentConfig, data: FederatedGraphData | None = None, progress: bool = True,
+                   on_round: Callable[[RoundResult, list[dict]], None] | None = None,
+                   class_plot: bool | None = None, resume: bool = False, lender=None, plan=None,
+                   clock: StartupClock | None = None) -> RunResult:
+    """Runs one federation end to end and writes its results folder (see :class:`FederationRun`);
+    ``on_round`` is called after each round with its result and rows.
+
+    The first Ctrl-C (or SIGTERM) after a round has finished stops the run after the round under
+    way, with a checkpoint; a second one stops at once, keeping the rounds that finished.
+
+    Returns:
+        The run id, its folder and its summary.
+    """
+    run = FederationRun(config, data, progress, class_plot, resume, lender, plan, clock)
     try:
-        with (run_dir / "failures.jsonl").open("a") as sink, interrupts_deferred() as stop:
-            failure_log = FailureLog(sink, bar.write, book.failure_kinds)
-            for round_index in bar:
+        with interrupts_deferred() as stop:
+            while not run.done:
                 try:
-                    result = backend.run_round(round_index)
+                    result, rows = run.step(stop)
                 except KeyboardInterrupt:   # a second Ctrl-C: keep the rounds that finished
-                    if round_index == first and checkpoint is None:
+                    if run.next_round == run.first and run.checkpoint is None:
                         raise
-                    bar.write(f"interrupted in round {round_index}; summarising the rounds that finished")
+                    run.bar.write(f"interrupted in round {run.next_round}; summarising the rounds that finished")
                     break
-                said = book.coverage.observe(result)
-                if said:
-                    bar.write(said)
-                rows = round_rows(result, domain_of, task, config.diagnostics_fraction, class_order,
-                                  config.class_group_cuts)
-                book.observe(result)
-                writer.write(rows)
-                if result.diagnostics:
-                    save_diagnostics(run_dir, result)
-                failure_log.record(result)
-                score = _pooled_val(rows, task.headline)
-                if score is not None:
-                    bar.set_postfix({f"val_{task.headline}": f"{score:.3f}", "failed": len(result.failures)})
-                if round_index == first and (placements := backend.placements()):
-                    (run_dir / PLACEMENTS_FILE).write_text(json.dumps(placements, indent=1))
-                stop.armed = True
-                finished = round_index + 1
-                if finished < config.rounds and (stop.requested or (config.checkpoint_every and
-                                                                    finished % config.checkpoint_every == 0)):
-                    save_checkpoint(run_dir, Checkpoint(finished, *backend.checkpoint(), driver={
-                        "book": book, "parts": writer.parts_written, "failure_bytes": sink.tell()}))
-                    checkpointed = finished
                 if on_round is not None:
                     on_round(result, rows)
+                stop.armed = True
                 if stop.requested:
-                    bar.write(f"stopped after round {round_index}" + ("; checkpoint saved" * (checkpointed == finished)))
+                    saved = "; checkpoint saved" * (run.checkpointed == run.next_round)
+                    run.bar.write(f"stopped after round {run.next_round - 1}{saved}")
                     break
-            failure_log.close()
-    finally:
-        bar.close()
-        backend.close()
-    if book.coverage.rounds == config.rounds:   # finished: nothing left to resume
-        (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
-        checkpointed = 0
-    coverage, last_test, test_counts = book.coverage, book.last_test, book.test_counts
-    metrics = read_metrics(run_dir)
-    summary = summarize(metrics, last_k=config.last_k, selection_metric=task.headline)
-    if test_counts:
-        summary["references"] = reference_scores(test_counts, domain_of)
-    summary["coverage"] = coverage.report(config.min_coverage, planned_rounds=config.rounds)
-    if checkpointed:
-        summary["checkpoint"] = {"file": CHECKPOINT_FILE, "next_round": checkpointed}
-    write_summary(run_dir, summary)
-    plot_learning_curves(metrics, run_dir / "learning_curves.png", metric=task.headline)
-    if last_test is not None and (data.num_classes >= 3 if class_plot is None else class_plot):
-        save_class_accuracy(run_dir, config, last_test, class_counts)
-    if config.diagnostics:
-        plot_saved_diagnostics(run_dir, metrics, domain_of)
-    save_clusters(run_dir, metrics)
-    return RunResult(run_id, run_dir, summary, checkpoint.next_round if checkpoint else None)
+    except BaseException:
+        run.close()
+        raise
+    return run.finish()
 
 
 def restore_run(checkpoint: Checkpoint, backend, writer: MetricsWriter, run_dir: Path,

@@ -1,84 +1,55 @@
-"""Ray backend: a ``ServerActor`` that supervises ``ClientActor``s.
+"""Ray backend: the federation's clients on borrowed client workers, its server in this process.
 
-The broadcast is ``ray.put`` once per server state and every actor call gets the same
-reference; each actor gets one call per phase for all its participating clients; answers are
-gathered with ``ray.wait`` under the round timeout, and a client that raises, dies or times out
-becomes a :class:`ClientFailure` instead of stopping the round (a whole actor that dies or times
-out fails all the clients it hosts).
+The driver (the CLI, a notebook, a Tune trial's actor) runs the server: it puts each client's
+partition into the object store once, borrows workers from a lender (a :class:`~actors.pool.WorkerPool`
+it owns, or the named pool of a running cluster), has them host the clients under a lease, and
+runs the rounds against them; the broadcast is ``ray.put`` once per server state and every
+worker call gets the same reference. Closing gives the workers back, warm, for the next run.
+
+This module and :mod:`fgl_ray.runtime.session` are the only ones under ``fgl_ray/runtime`` that
+import Ray.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
+import logging
 import os
 import signal
 import threading
 import time
-from typing import Iterator, Mapping, Optional, Sequence, Union
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterator, Mapping, Protocol, Sequence
 
 import ray
 import torch
 
+from actors.pool import RayClientPool, WorkerPool
 from fgl_ray.config import ExperimentConfig
 from fgl_ray.data.types import FederatedGraphData
 from fgl_ray.interrupts import interrupt_on_sigterm
-from fgl_ray.messages import Broadcast, ClientFailure
-from fgl_ray.runtime.local_backend import describe_error
-from fgl_ray.runtime.resources import ResourcePlan, plan_resources
-from fgl_ray.runtime.server import RoundResult
+from fgl_ray.runtime.ray_host import RayHost
+from fgl_ray.runtime.resources import ResourcePlan, WorkerShape, plan_resources
+from fgl_ray.runtime.server import RoundResult, ServerRuntime
+from fgl_ray.runtime.timing import StartupClock
 
 LOCAL_RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
-#: (plan, server bundle index) fixed by :func:`use_plan` for the backends created inside it.
-_FIXED_PLAN: contextvars.ContextVar[tuple[Optional[ResourcePlan], Optional[int]]] = contextvars.ContextVar(
-    "fgl_ray_fixed_plan", default=(None, None))
 
-
-@contextlib.contextmanager
-def use_plan(plan: ResourcePlan, server_bundle: int | None = None) -> Iterator[None]:
-    """Ray backends created inside this block use ``plan`` instead of planning from the cluster.
-
-    A Tune trial sizes its placement group from ``plan``. With ``server_bundle``, the server
-    actor is scheduled into that bundle of the caller's placement group and the client actors it
-    starts are captured by the same group (they fill the bundles sized for them).
-    """
-    token = _FIXED_PLAN.set((plan, server_bundle))
-    try:
-        yield
-    finally:
-        _FIXED_PLAN.reset(token)
-
-
-def _bundle_options(server_bundle: int | None) -> dict:
-    if server_bundle is None:
-        return {}
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    group = ray.util.get_current_placement_group()
-    if group is None:
-        raise RuntimeError("a server bundle was given, but the caller runs outside any placement group")
-    return {"scheduling_strategy": PlacementGroupSchedulingStrategy(
-        group, placement_group_bundle_index=server_bundle, placement_group_capture_child_tasks=True)}
-
-
-def _check_plan(plan: ResourcePlan, client_ids: Sequence[int]) -> ResourcePlan:
-    hosted = sorted(c for group in plan.assignment for c in group)
-    if hosted != sorted(client_ids):
-        raise ValueError(f"the resource plan hosts clients {hosted}, but the data has clients {sorted(client_ids)}")
-    return plan
+def _init_ray(address: str | None, num_cpus: int | None) -> None:
+    for key, value in LOCAL_RAY_ENV.items():
+        os.environ.setdefault(key, value)
+    ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, configure_logging=False)
 
 
 @contextlib.contextmanager
 def ray_session(num_cpus: int | None = None, address: str | None = None) -> Iterator[None]:
-    """Uses the running Ray session, or starts one and always shuts it down afterwards."""
+    """Uses the running Ray session, or starts (or joins) one and always shuts it down afterwards."""
     if ray.is_initialized():
         yield
         return
-    for key, value in LOCAL_RAY_ENV.items():
-        os.environ.setdefault(key, value)
-    ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-             configure_logging=False)
+    _init_ray(address, num_cpus)
     previous = None
     if threading.current_thread() is threading.main_thread():   # Ray's own handler dumps and kills
         previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
@@ -90,141 +61,208 @@ def ray_session(num_cpus: int | None = None, address: str | None = None) -> Iter
             signal.signal(signal.SIGTERM, previous)
 
 
-class RayClientPool:
-    """Calls client actors: one remote call per actor and phase, carrying the ids of its clients
-    that take part, all on one broadcast ref."""
+class _NotMainThread(logging.Filter):
+    """Drops Ray's note that it set no SIGTERM handler from a background thread: fgl-ray sets its own."""
 
-    def __init__(self, actors: Sequence[ray.actor.ActorHandle], assignment: Sequence[Sequence[int]]) -> None:
-        self.actor_of = {cid: actor for actor, hosted in zip(actors, assignment) for cid in hosted}
-        self.actors = list(actors)
-        self._last: tuple[Broadcast | None, ray.ObjectRef | None] = (None, None)
-        self.restarting: set[ray.actor.ActorHandle] = set()
-        #: the clients' states of the last checkpoint, loaded into an actor Ray restarts
-        self.saved: dict[int, bytes] = {}
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
 
-    def checkpoint(self) -> dict[int, bytes]:
-        """Every client's state, kept for restarted actors too."""
-        self.saved = {}
-        for states in ray.get([actor.states.remote() for actor in self.actors]):
-            self.saved.update(states)
-        return dict(self.saved)
 
-    def restore(self, states: Mapping[int, bytes]) -> None:
-        """Loads checkpointed client states into the actors hosting them."""
-        self.saved = dict(states)
-        ray.get([actor.restore.remote(self._hosted_states(actor)) for actor in self.actors])
+class Lender(Protocol):
+    """Where a federation borrows its workers from."""
 
-    def _hosted_states(self, actor: ray.actor.ActorHandle) -> dict[int, bytes]:
-        return {cid: blob for cid, blob in self.saved.items() if self.actor_of[cid] is actor}
+    def plan(self, config: ExperimentConfig, sizes: Mapping[int, int], data_bytes: int) -> ResourcePlan: ...
 
-    def _ref(self, broadcast: Broadcast) -> ray.ObjectRef:
-        if self._last[0] is not broadcast:
-            self._last = (broadcast, ray.put(broadcast))
-        return self._last[1]
+    def lend(self, count: int, shape: WorkerShape) -> list[ray.actor.ActorHandle]: ...
 
-    def _await_restarts(self, timeout_s: float) -> None:
-        """Waits, at most ``timeout_s``, for the actors that died in an earlier call while Ray restarts
-        them (their clients rebuilt from the partition refs, then loaded from the last checkpoint when
-        there is one); one out of restarts stays failed."""
-        deadline = time.monotonic() + timeout_s
-        for actor in list(self.restarting):
-            while True:
-                try:
-                    ray.get(actor.device.remote(), timeout=max(0.1, deadline - time.monotonic()))
-                    if states := self._hosted_states(actor):
-                        ray.get(actor.restore.remote(states))
-                    break
-                except ray.exceptions.ActorDiedError:
-                    break
-                except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
-                    if time.monotonic() >= deadline:
-                        return
-                    time.sleep(0.2)
-            self.restarting.discard(actor)
+    def give_back(self, workers: Sequence[ray.actor.ActorHandle]) -> None: ...
 
-    def _call(self, method: str, broadcast: Broadcast, client_ids: Sequence[int], timeout_s: float) -> list:
-        self._await_restarts(timeout_s)
-        ref = self._ref(broadcast)
-        hosted: dict[ray.actor.ActorHandle, list[int]] = {}
-        for cid in client_ids:
-            hosted.setdefault(self.actor_of[cid], []).append(cid)
-        futures = {actor.run.remote(method, ref, ids): (actor, ids) for actor, ids in hosted.items()}
-        ready, pending = ray.wait(list(futures), num_returns=len(futures), timeout=timeout_s)
-        answers = []
-        for future in ready:
-            actor, ids = futures[future]
-            try:
-                answers += ray.get(future)
-            except ray.exceptions.RayTaskError as error:  # the actor's call itself failed: all its clients
-                answers += [ClientFailure(cid, method, describe_error(error.cause or error)) for cid in ids]
-            except ray.exceptions.RayError as error:      # the actor's process died (Ray may restart it)
-                self.restarting.add(actor)
-                answers += [ClientFailure(cid, method, describe_error(error)) for cid in ids]
-        for future in pending:
-            ray.cancel(future)
-            answers += [ClientFailure(cid, method, f"timed out after {timeout_s:g} s") for cid in futures[future][1]]
-        return answers
+    def close(self) -> None: ...
 
-    def train(self, broadcast, client_ids, timeout_s):
-        return self._call("train", broadcast, client_ids, timeout_s)
 
-    def evaluate(self, broadcast, client_ids, timeout_s):
-        return self._call("evaluate", broadcast, client_ids, timeout_s)
+class OwnWorkers(WorkerPool):
+    """A :class:`WorkerPool` planned from the whole cluster's resources (a Simulator's, or one run's)."""
+
+    def plan(self, config: ExperimentConfig, sizes: Mapping[int, int], data_bytes: int) -> ResourcePlan:
+        nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+        return plan_resources(config, sizes, ray.cluster_resources(), nodes, data_bytes)
 
 
 class RayBackend:
-    """Driver-side handle: puts each client's partition once and starts the server actor."""
+    """One federation on borrowed workers (see the module docstring).
 
-    def __init__(self, config: ExperimentConfig, data: FederatedGraphData,
-                 resources: Union[ResourcePlan, Mapping[str, float], None] = None,
-                 server_bundle: int | None = None) -> None:
-        """Args: ``resources``: a fixed plan, or the resources to plan from (default: those of
-        :func:`use_plan`, else the whole cluster); ``server_bundle``: see :func:`use_plan`."""
-        from actors.server import ServerActor
+    Args:
+        config, data: the run.
+        lender: where the workers come from; by default a pool of this run's own, ended on close.
+        plan: a fixed resource plan (a Tune trial's); by default the lender plans it.
+        clock: stamps ``ship``, ``workers`` and ``setup`` of the start-up.
+    """
 
+    def __init__(self, config: ExperimentConfig, data: FederatedGraphData, lender: Lender | None = None,
+                 plan: ResourcePlan | None = None, clock: StartupClock | None = None) -> None:
         if not ray.is_initialized():
-            raise RuntimeError("the Ray backend needs a running Ray session; wrap the run in ray_session()")
-        self.graph_refs = {graph.client_id: ray.put(graph) for graph in data.clients}
+            raise RuntimeError("the Ray backend needs a running Ray session; wrap the run in ray_session() or use "
+                               "fgl_ray.Simulator")
+        self.config = config
+        self.clock = clock or StartupClock()
+        self.lender = lender if lender is not None else OwnWorkers()
+        self._own_lender = lender is None
         sizes = {graph.client_id: int(graph.data.num_nodes) for graph in data.clients}
-        if resources is None:
-            resources, server_bundle = _FIXED_PLAN.get()
-        if isinstance(resources, ResourcePlan):
-            self.plan = _check_plan(resources, list(sizes))
-        elif resources is not None:
-            self.plan = plan_resources(config, sizes, resources)
-        else:
-            nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
-            self.plan = plan_resources(config, sizes, ray.cluster_resources(), nodes)
-        self.server = ServerActor.options(**self.plan.server_options(), **_bundle_options(server_bundle)).remote(
-            config, self.graph_refs, data.num_features, data.num_classes, self.plan)
+        self.plan = plan or self.lender.plan(config, sizes, data.nbytes)
+        hosted = sorted(c for group in self.plan.assignment for c in group)
+        if hosted != sorted(sizes):
+            raise ValueError(f"the resource plan hosts clients {hosted}, but the data has clients {sorted(sizes)}")
+        self.graph_refs = {graph.client_id: ray.put(graph) for graph in data.clients}
+        self.clock.mark("ship")
+        self.workers = self.lender.lend(self.plan.num_actors, self.plan.shape)
+        if len(self.workers) != self.plan.num_actors:   # a shared pool lent fewer: rebalance over them
+            self.plan = self.plan.with_workers(sizes, len(self.workers))
+        self.lease = uuid.uuid4().hex
+        self._host_args = (config, data.num_features, data.num_classes, self.plan.threads_per_actor)
+        try:
+            ray.get([worker.ready.remote() for worker in self.workers])
+            self.clock.mark("workers")
+            self._placements = ray.get([self._host(worker) for worker in self.workers])
+        except BaseException:
+            self._give_back()
+            raise
+        self.clock.mark("setup")
+        self.pool = RayClientPool(self.workers, self.plan.assignment, self.lease, self._host, config.actor_restarts)
+        self.server = ServerRuntime(config, self.pool, sorted(sizes), data.num_features, data.num_classes)
+
+    def _host(self, worker: ray.actor.ActorHandle) -> ray.ObjectRef:
+        """Starts hosting this federation's clients on ``worker`` (again, after a restart)."""
+        config, num_features, num_classes, threads = self._host_args
+        hosted = self.plan.assignment[self.workers.index(worker)]
+        return worker.host.remote(self.lease, config, [self.graph_refs[c] for c in hosted], num_features,
+                                  num_classes, threads)
 
     def run_round(self, round_index: int) -> RoundResult:
-        return ray.get(self.server.run_round.remote(round_index))
+        return self.server.run_round(round_index)
 
     def global_weights(self) -> torch.Tensor:
-        return ray.get(self.server.global_weights.remote())
+        return self.server.global_weights()
 
     def server_models(self) -> tuple[dict[int, str], dict[str, torch.Tensor]]:
         """The client -> model-key assignment and the shared weights of every server model."""
-        return ray.get(self.server.server_models.remote())
+        return self.server.server_models()
 
     def client_weights(self) -> dict[int, torch.Tensor]:
-        return ray.get(self.server.client_weights.remote())
+        """Weights held inside every worker right now."""
+        return self.pool.weights()
 
     def client_state(self, client_id: int, key: str):
-        return ray.get(self.server.client_state.remote(client_id, key))
+        """One entry of a client's persistent state, read inside the worker that hosts it."""
+        return self.pool.client_state(client_id, key)
 
     def placements(self) -> list[dict]:
-        """Each client actor's node, device, GPU ids, resources and clients."""
-        return ray.get(self.server.placements.remote())
+        """Each worker's node, device, GPU ids, resources and clients (as it started hosting them)."""
+        return list(self._placements)
 
     def checkpoint(self) -> tuple[bytes, dict[int, bytes]]:
         """The server's and every client's state (see :mod:`fgl_ray.runtime.checkpoint`)."""
-        return ray.get(self.server.checkpoint.remote())
+        return self.server.state_bytes(), self.pool.checkpoint()
 
     def restore(self, server: bytes, clients: Mapping[int, bytes]) -> None:
-        ray.get(self.server.restore.remote(server, dict(clients)))
+        self.pool.restore(clients)
+        self.server.load_state_bytes(server)
+
+    def _give_back(self) -> None:
+        for worker in self.workers:
+            worker.release.remote(self.lease)
+        self.lender.give_back(self.workers)
+        if self._own_lender:
+            self.lender.close()
 
     def close(self) -> None:
-        """Kills the server actor; its client actors die with it."""
-        ray.kill(self.server)
+        """The workers drop this federation's clients and go back to their lender."""
+        if self.workers:
+            self._give_back()
+            self.workers = []
+
+
+
+class RaySession:
+    """Ray for a :class:`~fgl_ray.runtime.simulator.Simulator`, started or joined in the background.
+
+    A local Ray runs in a host process of its own (``host``, :mod:`fgl_ray.runtime.ray_host`),
+    started before the caller's imports, and the driver joins it in a background thread;
+    :meth:`prestart` then starts client workers as soon as Ray is up (they import torch and PyG
+    meanwhile). With an ``address`` (or ``RAY_ADDRESS``) the session joins that cluster instead,
+    and borrows from its named worker pool when one runs there (:mod:`actors.service`). A Ray
+    session already open in this process is used as it is and left open.
+    """
+
+    def __init__(self, address: str | None = None, host: RayHost | None = None, use_pool: bool = True) -> None:
+        self.owns_ray = not ray.is_initialized()
+        self.background: dict[str, float] = {}
+        self._started = time.time() if host is None else host.started
+        self.host = host if self.owns_ray else None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="fgl-ray-session")
+        self._future: Future = self._executor.submit(self._start, address, use_pool)
+        self._lender: Lender | None = None
+        self._closed = False
+
+    def _start(self, address: str | None, use_pool: bool) -> Lender:
+        if self.owns_ray:
+            quiet = _NotMainThread()
+            logging.getLogger("ray._private.worker").addFilter(quiet)
+            try:
+                _init_ray(self.host.address() if self.host is not None else address, None)
+            finally:
+                logging.getLogger("ray._private.worker").removeFilter(quiet)
+        from actors.service import find_pool
+
+        lender = (find_pool() if use_pool else None) or OwnWorkers()
+        self.background["ray"] = time.time() - self._started
+        return lender
+
+    def prestart(self, config: ExperimentConfig, clients: int) -> None:
+        """Starts the workers ``config`` would plan for ``clients`` clients (in the background)."""
+        def start(lender: Lender) -> Lender:
+            if isinstance(lender, OwnWorkers):
+                plan = lender.plan(config, {client: 1 for client in range(clients)}, 0)
+                lender.start(plan.num_actors, plan.shape)
+            return lender
+
+        previous = self._future
+        self._future = self._executor.submit(lambda: start(previous.result()))
+
+    def lender(self) -> Lender:
+        """The lender, once Ray is up (waits for the background start; its errors are raised here)."""
+        if self._lender is None:
+            self._lender = self._future.result()
+        return self._lender
+
+    @property
+    def pooled(self) -> bool:
+        """Whether runs borrow from a named pool of the cluster (a service) rather than own workers."""
+        return not isinstance(self.lender(), OwnWorkers)
+
+    def close(self, wait: bool = True) -> None:
+        """Ends the own workers (a pool's borrowed ones go back to it) and leaves Ray if this session
+        joined it; a local Ray's host shuts it down on its own, without the caller waiting.
+        ``wait=False`` leaves Ray in the background (:meth:`join` waits for that)."""
+        if not self._closed:
+            self._closed = True
+            try:
+                lender = self.lender()
+            except Exception:     # Ray never came up: nothing to end but the host
+                lender = None
+            if lender is not None:
+                lender.close()
+            if self.owns_ray:
+                self._future = self._executor.submit(self._leave)
+        if wait:
+            self.join()
+
+    def _leave(self) -> None:
+        ray.shutdown()
+        if self.host is not None:
+            self.host.stop()
+
+    def join(self) -> None:
+        """Waits for this process to have left Ray (after ``close(wait=False)``)."""
+        if self._closed:
+            self._future.result()
+            self._executor.shutdown(wait=True)

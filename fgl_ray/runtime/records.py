@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import statistics
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import torch
 
@@ -12,6 +13,11 @@ from fgl_ray.results import ALL_DOMAINS, SERVER_ID, metric_rows
 from fgl_ray.runtime.server import RoundResult
 from fgl_ray.tasks import Task, group_stats, pool_stats
 from fgl_ray.tasks.base import EVAL_SPLITS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from fgl_ray.runtime.timing import StartupClock
 
 #: Per-client diagnostics; each also gets a per-domain row (the mean over the domain's clients).
 PER_CLIENT_DIAGNOSTICS = ("cosine_to_aggregate", "active_share", "active_mean_abs", "aggregate_abs")
@@ -100,7 +106,50 @@ def round_rows(result: RoundResult, domain_of: Mapping[int, str], task: Task, fr
     rows += aggregation_rows(result, domain_of)
     rows += cluster_rows(result, domain_of)
     rows += metric_rows(t, SERVER_ID, ALL_DOMAINS, "round", {
-        "seconds": result.seconds, **result.timings,
+        "seconds": result.seconds, "train_seconds": result.timings.get("train_seconds", 0.0),
+        "evaluate_seconds": result.timings.get("evaluate_seconds", 0.0),
         "participants": len(result.updates), "aggregated": float(result.aggregated),
     })
     return rows
+
+
+def startup_rows(round_index: int, clock: "StartupClock") -> list[dict]:
+    """The start-up breakdown (split ``startup``): ``<phase>_seconds`` per phase, ``total_seconds``, and
+    what ran in the background as ``background_<part>_seconds`` (see :mod:`fgl_ray.runtime.timing`)."""
+    report = clock.report()
+    values = {f"{phase}_seconds": seconds for phase, seconds in report["phases"].items()}
+    values["total_seconds"] = report["total"]
+    values |= {f"background_{part}_seconds": seconds for part, seconds in report["background"].items()}
+    return metric_rows(round_index, SERVER_ID, ALL_DOMAINS, "startup", values)
+
+
+def timing_rows(result: RoundResult, write_seconds: float) -> list[dict]:
+    """Where one round's time went (split ``timing``): putting the broadcasts into the object store,
+    the slowest and the median client's local training, collection (what the training phase waited
+    beyond the broadcast and the slowest client: clients queued on one worker, transfers,
+    deserialisation), aggregation, evaluation, and writing the round's rows."""
+    timings = result.timings
+    seconds = [metrics["seconds"] for metrics in result.updates.values() if "seconds" in metrics]
+    slowest = max(seconds, default=0.0)
+    broadcast = timings.get("broadcast_seconds", 0.0)
+    return metric_rows(result.round, SERVER_ID, ALL_DOMAINS, "timing", {
+        "broadcast_seconds": broadcast,
+        "client_slowest_seconds": slowest,
+        "client_median_seconds": statistics.median(seconds) if seconds else 0.0,
+        "collect_seconds": max(0.0, timings.get("train_seconds", 0.0) - broadcast - slowest),
+        "aggregate_seconds": timings.get("aggregate_seconds", 0.0),
+        "evaluate_seconds": timings.get("evaluate_seconds", 0.0),
+        "write_seconds": write_seconds,
+    })
+
+
+def round_timing(metrics: "pd.DataFrame") -> dict[str, float]:
+    """Mean seconds per round of each ``timing`` part and of the whole round (``round_seconds``), over
+    the rounds after the first (round 0 also starts the clients)."""
+    later = metrics[(metrics["round"] > metrics["round"].min()) & (metrics["client_id"] == SERVER_ID)]
+    parts = later[later.split == "timing"].groupby("metric")["value"].mean()
+    whole = later[(later.split == "round") & (later.metric == "seconds")]["value"]
+    summary = {name: float(value) for name, value in parts.items()}
+    if len(whole):
+        summary["round_seconds"] = float(whole.mean())
+    return summary

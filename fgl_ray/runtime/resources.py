@@ -1,64 +1,84 @@
-"""How many client actors to start, what each asks Ray for, and which clients each hosts.
+"""How many client actors (workers) to use, what each asks Ray for, and which clients each hosts.
 
 Pure functions of the config, the client sizes and the cluster's resources, so they are
 tested without Ray (and reused by Tune to size placement groups).
 
-GPUs: a client actor asks for ``num_gpus`` only when the cluster has GPUs (a request Ray cannot
-meet waits forever). Every virtual client an actor hosts trains inside that actor, so they share
-its GPU share one after another. On a cluster with GPUs, actors that get none are started with
+Workers: ``clients_per_actor: auto`` (the default) uses one worker per CPU the cluster offers,
+at most one per client, and no more than its memory holds (each worker process costs
+:data:`WORKER_BYTES` with torch and PyG imported, plus its share of the clients' data, counted
+:data:`DATA_COPIES` times: the object store's copy, the worker's, and what the task derives
+from it); more processes than cores would only queue on them.
+
+GPUs: a worker asks for ``num_gpus`` only when the cluster has GPUs (a request Ray cannot
+meet waits forever). Every virtual client a worker hosts trains inside it, so they share its
+GPU share one after another. On a cluster with GPUs, workers that get none are started with
 ``CUDA_VISIBLE_DEVICES=""``: Ray 2.60 no longer blanks that variable for ``num_gpus=0`` workers
 unless ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1`` (ray/_private/accelerators/accelerator.py;
 ray-project/ray#54928, default flipped by #62492), so they would see every GPU of their node.
+
+The federation's server runs in the process that drives the run (the CLI, a notebook, a Tune
+trial's actor), which asks Ray for nothing here.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from fgl_ray.config import ConfigError, ExperimentConfig
 
-#: The server actor mostly waits on clients; it still reserves a sliver so it fits a bundle.
-SERVER_CPUS = 0.01
+#: Memory of one worker process with torch, PyG and fgl-ray's client side imported (measured
+#: 310-330 MB resident on Linux with torch 2.13 and PyG 2.8; rounded up for its working set).
+WORKER_BYTES = 400 * 2**20
+#: Copies of a client's data a federation keeps: the object store's, the worker's, the task's.
+DATA_COPIES = 3
 
-#: Environment that hides the node's GPUs from an actor that was given none.
+#: Environment that hides the node's GPUs from a worker that was given none.
 HIDE_GPUS_ENV = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 @dataclass(frozen=True)
+class WorkerShape:
+    """A worker's resource request; workers of one shape are interchangeable."""
+
+    cpus: float
+    gpus: float = 0.0
+    #: the cluster has GPUs but this worker gets none: start it with CUDA_VISIBLE_DEVICES="".
+    hide_gpus: bool = False
+
+    def options(self) -> dict[str, Any]:
+        """``ClientActor.options(**...)``."""
+        options: dict[str, Any] = {"num_cpus": self.cpus, "num_gpus": self.gpus}
+        if self.hide_gpus and self.gpus == 0:
+            options["runtime_env"] = {"env_vars": dict(HIDE_GPUS_ENV)}
+        return options
+
+
+@dataclass(frozen=True)
 class ResourcePlan:
-    """Client actors' resource requests and the clients each one hosts."""
+    """Workers' resource requests and the clients each one hosts."""
 
     cpus_per_actor: float
     gpus_per_actor: float
     threads_per_actor: int
     assignment: tuple[tuple[int, ...], ...]
-    server_cpus: float = SERVER_CPUS
-    #: GPUs the cluster offered when planning; > 0 means actors without a share must hide them.
+    #: GPUs the cluster offered when planning; > 0 means workers without a share must hide them.
     cluster_gpus: float = 0.0
 
     @property
     def num_actors(self) -> int:
         return len(self.assignment)
 
-    def _hidden_gpus(self, gpus: float) -> dict[str, Any]:
-        return {"runtime_env": {"env_vars": dict(HIDE_GPUS_ENV)}} if self.cluster_gpus > 0 and gpus == 0 else {}
+    @property
+    def shape(self) -> WorkerShape:
+        """What each worker asks Ray for; on a cluster with GPUs, one given none must not see them."""
+        return WorkerShape(self.cpus_per_actor, self.gpus_per_actor, self.cluster_gpus > 0 and self.gpus_per_actor == 0)
 
-    def client_options(self) -> dict[str, Any]:
-        """``ClientActor.options(**...)``: CPU and GPU shares; GPUs hidden when it gets none."""
-        return {"num_cpus": self.cpus_per_actor, "num_gpus": self.gpus_per_actor,
-                **self._hidden_gpus(self.gpus_per_actor)}
-
-    def server_options(self) -> dict[str, Any]:
-        """``ServerActor.options(**...)``: a sliver of CPU.
-
-        Its GPUs are not hidden: the client actors it starts inherit its runtime_env, and a
-        ``CUDA_VISIBLE_DEVICES=""`` there would blind GPU clients too (the server never
-        initialises CUDA, so seeing the GPUs costs it nothing).
-        """
-        return {"num_cpus": self.server_cpus}
+    def with_workers(self, sizes: Mapping[int, int], count: int) -> "ResourcePlan":
+        """The same shares with the clients balanced over ``count`` workers."""
+        return replace(self, assignment=balance(sizes, count))
 
 
 def _floor(value: float, step: float = 1e-4) -> float:
@@ -128,21 +148,28 @@ def local_gpu_problem(config: ExperimentConfig, visible_gpus: int) -> str | None
             "RAY_ADDRESS to a cluster with GPU nodes")
 
 
+def memory_cap(memory: float, data_bytes: int) -> int:
+    """The most workers ``memory`` bytes hold besides :data:`DATA_COPIES` copies of the data (at least 1)."""
+    return max(1, math.floor((memory - DATA_COPIES * data_bytes) / WORKER_BYTES))
+
+
 def plan_resources(config: ExperimentConfig, sizes: Mapping[int, int], cluster: Mapping[str, float],
-                   nodes: Sequence[Mapping[str, float]] | None = None) -> ResourcePlan:
-    """Plans client actors for a cluster with ``cluster`` resources (``ray.cluster_resources()``).
+                   nodes: Sequence[Mapping[str, float]] | None = None, data_bytes: int = 0) -> ResourcePlan:
+    """Plans client workers for a cluster with ``cluster`` resources (``ray.cluster_resources()``).
 
     Args:
         config: supplies ``clients_per_actor``, ``torch_threads`` and ``gpus_per_client``.
-        sizes: client id -> work size (nodes) used to balance actors.
-        cluster: at least ``CPU``; ``GPU`` when the cluster has GPUs.
+        sizes: client id -> work size (nodes) used to balance workers.
+        cluster: at least ``CPU``; ``GPU`` when the cluster has GPUs; ``memory`` (bytes) bounds the
+            number of workers under ``clients_per_actor: auto``.
         nodes: optional per-node resources (alive nodes of ``ray.nodes()``). With them the
-            shares are chosen so that every actor fits on some node (GPU actors only on GPU
+            shares are chosen so that every worker fits on some node (GPU workers only on GPU
             nodes); without them the cluster is treated as one node.
+        data_bytes: the size of every client's partition together (see :func:`memory_cap`).
 
     Raises:
         ValueError: no CPU; ``gpus_per_client`` > 0 on a cluster without GPUs; a fixed GPU share
-            that the cluster's GPUs cannot hold for ``clients_per_actor``'s number of actors.
+            that the cluster's GPUs cannot hold for ``clients_per_actor``'s number of workers.
     """
     cpus = float(cluster.get("CPU", 0.0))
     if cpus < 1:
@@ -158,11 +185,9 @@ def plan_resources(config: ExperimentConfig, sizes: Mapping[int, int], cluster: 
             "train on CPUs, or start Ray on GPU nodes (ray start --num-gpus=N, or cluster.yaml's GPU workers)")
 
     per_node = [dict(node) for node in nodes] if nodes else [dict(cluster)]
-    eligible = [(float(n.get("CPU", 0.0)), float(n.get("GPU", 0.0))) for n in per_node]
-    eligible = [(c, g) for c, g in eligible if c > SERVER_CPUS and (g > 0 or not use_gpus)]
-    host_cpus = sum(c for c, _ in eligible)
-    # The server actor may land on any node, so every node keeps its sliver free.
-    hosts = [(c - SERVER_CPUS, g) for c, g in eligible]
+    hosts = [(float(n.get("CPU", 0.0)), float(n.get("GPU", 0.0))) for n in per_node]
+    hosts = [(c, g) for c, g in hosts if c > 0 and (g > 0 or not use_gpus)]
+    host_cpus = sum(c for c, _ in hosts)
     if not hosts or host_cpus < 1:
         where = "its GPU nodes" if use_gpus else "its nodes"
         fix = "; set gpus_per_client to 0 to train on CPU nodes, or give the GPU nodes CPUs" if use_gpus else ""
@@ -170,7 +195,7 @@ def plan_resources(config: ExperimentConfig, sizes: Mapping[int, int], cluster: 
                          f"for client actors; fgl-ray needs at least one{fix}")
 
     gpu_room = sum(math.floor(g / fixed + 1e-9) for _, g in hosts) if use_gpus and fixed else None
-    if config.clients_per_actor:
+    if config.clients_per_actor != "auto":
         num_actors = math.ceil(len(sizes) / config.clients_per_actor)
         if gpu_room is not None and num_actors > gpu_room:
             raise ValueError(
@@ -180,6 +205,8 @@ def plan_resources(config: ExperimentConfig, sizes: Mapping[int, int], cluster: 
                 "clients_per_actor to start fewer actors, or add GPUs")
     else:
         num_actors = min(len(sizes), math.floor(host_cpus))
+        if "memory" in cluster:
+            num_actors = min(num_actors, memory_cap(float(cluster["memory"]), data_bytes))
         if gpu_room is not None:
             if gpu_room < 1:
                 raise ValueError(

@@ -83,10 +83,12 @@ class ServerRuntime:
     def run_round(self, round_index: int) -> RoundResult:
         """Trains the selected clients, aggregates, and evaluates when due."""
         started = time.perf_counter()
+        put_before = getattr(self.pool, "broadcast_seconds", 0.0)
         self.round_index = round_index
         selected = self.algorithm.select(self, round_index, self.rng)
         answers = self.pool.train(self.broadcast(round_index), selected, self.config.round_timeout_s)
         trained = time.perf_counter()
+        train_put = getattr(self.pool, "broadcast_seconds", 0.0) - put_before
         updates, failures = self._accept(answers)
         diagnostics = self._diagnostics(updates) if self.config.diagnostics and len(updates) > 1 else {}
         aggregated = len(updates) >= self.config.min_clients
@@ -94,6 +96,7 @@ class ServerRuntime:
         if aggregated:
             self.algorithm.aggregate(self, updates)
             self._broadcast = None
+        merged = time.perf_counter()
         evaluations: list[ClientEvaluation] = []
         if self.evaluation_due(round_index):
             answers = self.pool.evaluate(self.broadcast(round_index + 1), self.client_ids, self.config.round_timeout_s)
@@ -103,7 +106,8 @@ class ServerRuntime:
         return RoundResult(
             round=round_index, selected=list(selected), updates={u.client_id: u.metrics for u in updates},
             evaluations=evaluations, failures=failures, aggregated=aggregated, seconds=finished - started,
-            timings={"train_seconds": trained - started, "evaluate_seconds": finished - trained},
+            timings={"train_seconds": trained - started, "evaluate_seconds": finished - merged,
+                     "aggregate_seconds": merged - trained, "broadcast_seconds": train_put},
             diagnostics=diagnostics, aggregation_weights=dict(self.aggregation_weights),
             assignment=dict(self.assignment),
         )

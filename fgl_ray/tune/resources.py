@@ -2,31 +2,29 @@
 
 A trial is a whole federation. Its placement group holds, in this order:
 
-* bundle 0 (:data:`DRIVER_BUNDLE`): the trial's driver function (Tune's trainable), which
-  mostly waits on the server and writes the run's results;
-* bundle 1 (:data:`SERVER_BUNDLE`): the ``ServerActor``;
-* bundles 2.. : one per ``ClientActor``, each exactly the actor's request.
+* bundle 0 (:data:`DRIVER_BUNDLE`): the trial's actor (Tune's trainable), which runs the
+  federation's server and writes the run's results; it mostly waits on the clients;
+* bundles 1.. : one per client worker (``ClientActor``), each exactly the worker's request; the
+  workers stay in their bundles while Tune reuses the trial actor for the next trial.
 
 :func:`trial_plan` gives the :class:`~fgl_ray.runtime.resources.ResourcePlan` the trial passes to
-the Ray backend, and :func:`trial_bundles` the bundles built from that same plan, so every actor
-the trial starts has a bundle it fits in (a bundle too small for a child actor leaves it pending
+the Ray backend, and :func:`trial_bundles` the bundles built from that same plan, so every worker
+the trial starts has a bundle it fits in (a bundle too small for a worker leaves it pending
 forever, and the trial hangs).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Mapping, Sequence, Union
 
 from fgl_ray.config import ExperimentConfig
-from fgl_ray.runtime.resources import SERVER_CPUS, ResourcePlan, balance
+from fgl_ray.runtime.resources import ResourcePlan, balance
 
-#: CPUs reserved for the trial's driver function (it mostly waits on the server actor).
+#: CPUs reserved for the trial's actor, the federation's server (it mostly waits on the clients).
 DRIVER_CPUS = 0.1
 DRIVER_BUNDLE = 0
-SERVER_BUNDLE = 1
-FIRST_CLIENT_BUNDLE = 2
+FIRST_CLIENT_BUNDLE = 1
 #: The smallest CPU share a client actor may get (below this, raise clients_per_actor).
 MIN_ACTOR_CPUS = 0.05
 
@@ -49,8 +47,7 @@ def trial_plan(config: ExperimentConfig, sizes: Sizes, cpus_per_trial: float,
                gpus_per_trial: float = 0.0, cluster_gpus: float | None = None) -> ResourcePlan:
     """The resource plan of one trial whose placement group offers ``cpus_per_trial`` CPUs.
 
-    The driver bundle and the server's sliver come off the top; the rest is split evenly over
-    the client actors. Without ``clients_per_actor`` a trial starts one client actor per whole
+    The driver bundle comes off the top; the rest is split evenly over the client actors. Without ``clients_per_actor`` a trial starts one client actor per whole
     CPU left (at least one), as the cluster-wide planner does.
 
     Args:
@@ -67,12 +64,12 @@ def trial_plan(config: ExperimentConfig, sizes: Sizes, cpus_per_trial: float,
     work = _as_sizes(sizes)
     if not work:
         raise ValueError("a trial needs at least one client")
-    budget = cpus_per_trial - DRIVER_CPUS - SERVER_CPUS
+    budget = cpus_per_trial - DRIVER_CPUS
     if budget < MIN_ACTOR_CPUS:
-        raise ValueError(f"cpus_per_trial={cpus_per_trial:g} leaves {budget:g} CPUs for client actors after the driver "
-                         f"({DRIVER_CPUS:g}) and the server ({SERVER_CPUS:g}); give each trial at least "
-                         f"{DRIVER_CPUS + SERVER_CPUS + MIN_ACTOR_CPUS:g} CPUs")
-    if config.clients_per_actor:
+        raise ValueError(f"cpus_per_trial={cpus_per_trial:g} leaves {budget:g} CPUs for client actors after the trial's "
+                         f"own ({DRIVER_CPUS:g}, the server); give each trial at least "
+                         f"{DRIVER_CPUS + MIN_ACTOR_CPUS:g} CPUs")
+    if config.clients_per_actor != "auto":
         num_actors = math.ceil(len(work) / config.clients_per_actor)
     else:
         num_actors = min(len(work), max(1, math.floor(budget + 1e-9)))
@@ -85,13 +82,8 @@ def trial_plan(config: ExperimentConfig, sizes: Sizes, cpus_per_trial: float,
     gpus_per_actor = _gpu_share(config, len(assignment), gpus_per_trial)
     threads = config.torch_threads or max(1, round(cpus_per_actor))
     gpus_seen = gpus_per_trial if cluster_gpus is None else cluster_gpus
-    extra = {"cluster_gpus": gpus_seen} if "cluster_gpus" in _plan_fields() else {}
     return ResourcePlan(cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, threads_per_actor=threads,
-                        assignment=assignment, server_cpus=SERVER_CPUS, **extra)
-
-
-def _plan_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(ResourcePlan)}
+                        assignment=assignment, cluster_gpus=gpus_seen)
 
 
 def _gpu_share(config: ExperimentConfig, num_actors: int, gpus_per_trial: float) -> float:
@@ -115,12 +107,12 @@ def plan_bundles(config: ExperimentConfig, plan: ResourcePlan, cpus_per_trial: f
     client = {"CPU": plan.cpus_per_actor}
     if plan.gpus_per_actor > 0:
         client["GPU"] = plan.gpus_per_actor
-    return [{"CPU": DRIVER_CPUS}, {"CPU": plan.server_cpus}] + [dict(client) for _ in range(plan.num_actors)]
+    return [{"CPU": DRIVER_CPUS}] + [dict(client) for _ in range(plan.num_actors)]
 
 
 def trial_bundles(config: ExperimentConfig, sizes: Sizes, cpus_per_trial: float,
                   gpus_per_trial: float = 0.0) -> list[dict[str, float]]:
-    """Bundles for one trial: driver, server, then one per client actor of :func:`trial_plan`."""
+    """Bundles for one trial: the trial's actor, then one per client actor of :func:`trial_plan`."""
     if config.backend == "local":
         return [{"CPU": float(cpus_per_trial)}]
     return plan_bundles(config, trial_plan(config, sizes, cpus_per_trial, gpus_per_trial), cpus_per_trial)
@@ -133,9 +125,9 @@ def auto_cpus_per_trial(cluster_cpus: float, num_trials: int, max_concurrent_tri
     grid is smaller), so two trials share a 2-CPU machine and a small grid on a big cluster
     gets more client actors per trial.
     """
-    if cluster_cpus < DRIVER_CPUS + SERVER_CPUS + MIN_ACTOR_CPUS:
+    if cluster_cpus < DRIVER_CPUS + MIN_ACTOR_CPUS:
         raise ValueError(f"the Ray cluster offers {cluster_cpus:g} CPUs; a trial needs at least "
-                         f"{DRIVER_CPUS + SERVER_CPUS + MIN_ACTOR_CPUS:g}")
+                         f"{DRIVER_CPUS + MIN_ACTOR_CPUS:g}")
     concurrent = max(1, min(num_trials, math.floor(cluster_cpus), max_concurrent_trials or num_trials))
     return _floor(cluster_cpus / concurrent, 0.01)
 

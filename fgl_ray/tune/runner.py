@@ -1,11 +1,12 @@
 """Runs a validated :class:`~fgl_ray.tune.grid.Grid` as a ``tune.Tuner``: one trial per point.
 
-Every trial is a whole federation: :func:`federation_trial` (Tune's function trainable) calls
-:func:`~fgl_ray.runtime.run_experiment` and reports each round with ``tune.report``. Its
-placement group (``tune.PlacementGroupFactory``) holds a bundle for the trial function, one for
-the server actor and one per client actor of :func:`~fgl_ray.tune.resources.trial_plan`; the
-trial passes that same plan to the Ray backend (``use_plan``), which puts the server into its
-bundle, and the client actors the server starts are captured by the trial's group.
+Every trial is a whole federation: :class:`FederationTrainable` (Tune's class trainable) runs one
+round per Tune iteration and reports it. Its placement group (``tune.PlacementGroupFactory``)
+holds a bundle for the trial's actor, which runs the federation's server, and one per client
+worker of :func:`~fgl_ray.tune.resources.trial_plan`; the workers are started into those bundles
+and the trial hands the same plan to the Ray backend. Tune reuses a trial's actor for the next
+trial with the same bundles (``reuse_actors``): :meth:`FederationTrainable.reset_config` ends
+the federation and starts the next one on the same, warm, workers.
 
 ``resume=True`` restores the Tune experiment in ``<grid folder>/tune``: finished trials are kept
 as they are, unfinished ones are run again and errored ones restarted from scratch
@@ -33,8 +34,8 @@ from fgl_ray.results.writer import ALL_DOMAINS, SERVER_ID
 from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE
 from fgl_ray.tune.grid import Grid, GridError, GridPoint, data_key
 from fgl_ray.tune.plots import plot_grid_heatmaps
-from fgl_ray.tune.resources import (SERVER_BUNDLE, auto_cpus_per_trial, bundle_totals, plan_bundles,
-                                    trial_plan)
+from fgl_ray.tune.resources import (DRIVER_CPUS, FIRST_CLIENT_BUNDLE, auto_cpus_per_trial, bundle_totals,
+                                    plan_bundles, trial_plan)
 from fgl_ray.tune.tables import (GRID_JSON, RUNS_DIRNAME, TRIAL_RECORD, TUNE_DIRNAME, max_overlap, read_json,
                                  write_json, write_tables)
 
@@ -43,8 +44,8 @@ REPORT_SPLITS = ("val", "test")
 
 # ---------------------------------------------------------------------------------- per round
 class RoundReporter:
-    """``on_round`` callback: reports each round's val/test metrics (pooled and averaged over
-    domains) and the running last-K test summary to Tune.
+    """Turns each round into the values a trial reports to Tune: its val/test metrics (pooled and
+    averaged over domains) and the running last-K test summary.
 
     Reported keys: ``round``, ``failures``, ``<split>/<metric>/all``, ``<split>/<metric>/avg``
     (unweighted mean over domains), ``lastk/<metric>/<all|avg>/<mean|std>`` over the last
@@ -53,18 +54,12 @@ class RoundReporter:
     defined (NaN) are left out.
     """
 
-    def __init__(self, config: ExperimentConfig, metric: Mapping[str, str],
-                 report: Callable[[dict], None] = tune.report, on_first: Callable[[], None] | None = None) -> None:
+    def __init__(self, config: ExperimentConfig, metric: Mapping[str, str]) -> None:
         self.last_k = config.last_k
         self.metric = metric
-        self.report = report
-        self.on_first = on_first
         self.history: dict[tuple[str, str], list[float]] = {}
 
-    def __call__(self, result, rows: list[dict]) -> None:
-        if self.on_first is not None:
-            self.on_first()
-            self.on_first = None
+    def __call__(self, result, rows: list[dict]) -> dict[str, Any]:
         values: dict[str, Any] = {"round": result.round, "failures": len(result.failures)}
         found: dict[tuple[str, str, str], float] = {}
         for row in rows:
@@ -92,8 +87,7 @@ class RoundReporter:
         chosen = self.history.get((self.metric["name"], scope))
         if chosen:
             values["score"] = float(np.mean(chosen[-self.last_k:]))
-        self.report({key: value for key, value in values.items()
-                     if not (isinstance(value, float) and math.isnan(value))})
+        return {key: value for key, value in values.items() if not (isinstance(value, float) and math.isnan(value))}
 
     def _remember(self, key: tuple[str, str], value: float) -> None:
         self.history.setdefault(key, []).append(value)
@@ -112,6 +106,8 @@ class TrialSetup:
     cpus_per_trial: float
     gpus_per_trial: float = 0.0
     cluster_gpus: float = 0.0
+    #: trials borrow client workers from the cluster's named pool (``fgl-ray pool start``)
+    use_pool: bool = False
 
 
 def _group_resources() -> dict[str, Any]:
@@ -141,47 +137,105 @@ def _check_group(expected: list[dict[str, float]]) -> None:
         raise RuntimeError(f"the trial's placement group has bundles {got}, its resource plan needs {want}")
 
 
-def federation_trial(tune_config: dict, setup: TrialSetup) -> None:
-    """Tune's trainable: one whole federation for the point in ``tune_config["point"]``.
+class FederationTrainable(tune.Trainable):
+    """Tune's trainable: one whole federation per trial, one round per step, reused across trials.
 
     Writes ``<runs_dir>/<point id>/`` (the run folder, plus ``trial.json`` with start and end
-    times and the placement group it ran in). A restarted trial continues from the checkpoint its
-    run folder holds (``checkpoint_every``), else starts from scratch.
+    times, the plan and the placement group it ran in). A restarted trial continues from the
+    checkpoint its run folder holds (``checkpoint_every``), else starts from scratch. The client
+    workers live in the trial's bundles for as long as Tune keeps this actor: a trial that Tune
+    hands to it through :meth:`reset_config` borrows them warm.
     """
-    point = tune_config["point"]
-    config = setup.configs[point["id"]]
-    data = setup.datasets[setup.data_keys[point["id"]]]
-    run_dir = Path(setup.runs_dir) / point["id"]
-    resume = (run_dir / CHECKPOINT_FILE).is_file()
-    if run_dir.exists() and not resume:
-        shutil.rmtree(run_dir)
-    record: dict[str, Any] = {"id": point["id"], "axes": point["axes"], "baseline": point["baseline"],
-                              "started_at": time.time(), "tune_trial_id": tune.get_context().get_trial_id(),
-                              "tune_trial_dir": Path(tune.get_context().get_trial_dir()).name}
 
-    def placement() -> None:  # after round 0, every actor of the trial is running
-        record["first_round_s"] = time.time() - record["started_at"]
-        record.update(_group_resources())
+    def setup(self, config: dict, setup: TrialSetup) -> None:
+        self.shared = setup
+        self.workers = None        # the client workers in this trial's bundles, made on first use
+        self.run = None
+        self.pending = config      # begun by the first step, so a failure is the trial's own
 
-    reporter = RoundReporter(config, setup.metric, on_first=placement)
-    from fgl_ray.runtime import run_experiment
+    def _lender(self, plan):
+        if self.shared.use_pool:
+            from actors.service import find_pool
 
-    if config.backend == "ray":
-        from fgl_ray.runtime.ray_backend import use_plan
+            return find_pool()
+        if self.workers is None:
+            from actors.pool import WorkerPool
 
-        sizes = {graph.client_id: int(graph.data.num_nodes) for graph in data.clients}
-        plan = trial_plan(config, sizes, setup.cpus_per_trial, setup.gpus_per_trial, setup.cluster_gpus)
-        _check_group(plan_bundles(config, plan, setup.cpus_per_trial))
-        record["plan"] = {"cpus_per_actor": plan.cpus_per_actor, "gpus_per_actor": plan.gpus_per_actor,
-                          "server_cpus": plan.server_cpus, "assignment": [list(a) for a in plan.assignment]}
-        with use_plan(plan, server_bundle=SERVER_BUNDLE):
-            result = run_experiment(config, data, progress=False, on_round=reporter, resume=resume)
-    else:
-        result = run_experiment(config, data, progress=False, on_round=reporter, resume=resume)
-    record["resumed_from"] = result.resumed_from
-    record["ended_at"] = time.time()
-    record["run_dir"] = str(result.run_dir)
-    write_json(run_dir / TRIAL_RECORD, record)
+            bundles = range(FIRST_CLIENT_BUNDLE, FIRST_CLIENT_BUNDLE + plan.num_actors)
+            self.workers = WorkerPool(ray.util.get_current_placement_group(), bundles)
+        return self.workers
+
+    def _begin(self, tune_config: dict) -> None:
+        from fgl_ray.runtime.federation import FederationRun
+
+        point = tune_config["point"]
+        setup = self.shared
+        config = setup.configs[point["id"]]
+        data = setup.datasets[setup.data_keys[point["id"]]]
+        run_dir = Path(setup.runs_dir) / point["id"]
+        resume = (run_dir / CHECKPOINT_FILE).is_file()
+        if run_dir.exists() and not resume:
+            shutil.rmtree(run_dir)
+        self.record: dict[str, Any] = {
+            "id": point["id"], "axes": point["axes"], "baseline": point["baseline"], "started_at": time.time(),
+            "tune_trial_id": self.trial_id, "tune_trial_dir": Path(self.logdir).name if self.logdir else None,
+            "reused_workers": self.workers is not None}
+        self.reporter = RoundReporter(config, setup.metric)
+        plan = lender = None
+        if config.backend == "ray":
+            if not setup.use_pool:
+                sizes = {graph.client_id: int(graph.data.num_nodes) for graph in data.clients}
+                plan = trial_plan(config, sizes, setup.cpus_per_trial, setup.gpus_per_trial, setup.cluster_gpus)
+                _check_group(plan_bundles(config, plan, setup.cpus_per_trial))
+            lender = self._lender(plan)
+        self.run = FederationRun(config, data, progress=False, resume=resume, lender=lender, plan=plan)
+        if plan is not None or config.backend == "ray":
+            plan = self.run.backend.plan
+            self.record["plan"] = {"cpus_per_actor": plan.cpus_per_actor, "gpus_per_actor": plan.gpus_per_actor,
+                                   "assignment": [list(a) for a in plan.assignment]}
+
+    def step(self) -> dict:
+        if self.pending is not None:
+            self._begin(self.pending)
+            self.pending = None
+        first = self.run.next_round == self.run.first
+        result, rows = self.run.step()
+        if first:   # every worker of the trial is running now
+            self.record["first_round_s"] = time.time() - self.record["started_at"]
+            self.record.update(_group_resources())
+        values = self.reporter(result, rows)
+        if self.run.done:
+            outcome = self.run.finish()
+            self.record.update(resumed_from=outcome.resumed_from, ended_at=time.time(), run_dir=str(outcome.run_dir),
+                               startup=outcome.summary.get("startup"))
+            write_json(Path(self.shared.runs_dir) / self.record["id"] / TRIAL_RECORD, self.record)
+            self.run = None
+            values["done"] = True
+        return values
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict:
+        """Tune's checkpoint names the next round only: the federation checkpoints into its run
+        folder (``checkpoint_every``), and a restarted trial resumes from there."""
+        return {"next_round": self.run.next_round if self.run is not None else None}
+
+    def load_checkpoint(self, checkpoint: dict) -> None:
+        """Nothing to load: :meth:`setup` resumed the run from its run folder's checkpoint."""
+
+    def reset_config(self, new_config: dict) -> bool:
+        """Ends the current federation; the next trial's begins, on the same workers, at its first step."""
+        self._end()
+        self.pending = new_config
+        return True
+
+    def _end(self) -> None:
+        if self.run is not None:
+            self.run.close()
+            self.run = None
+
+    def cleanup(self) -> None:
+        self._end()
+        if self.workers is not None:
+            self.workers.close()
 
 
 def _trial_name(trial) -> str:
@@ -264,7 +318,7 @@ def _check_resume(grid: Grid, folder: Path) -> None:
 
 
 def run_grid(grid: Grid, resume: bool = False, verbose: int = 1, time_budget_s: float | None = None,
-             wrap_trainable: Callable[[Callable], Callable] | None = None) -> GridOutcome:
+             wrap_trainable: Callable[[type], type] | None = None, address: str | None = None) -> GridOutcome:
     """Runs (or resumes) every point of ``grid`` as a Tune trial and writes the grid's tables and heatmaps.
 
     Args:
@@ -272,7 +326,10 @@ def run_grid(grid: Grid, resume: bool = False, verbose: int = 1, time_budget_s: 
         resume: continue the experiment stored in the grid folder; finished trials are not rerun.
         verbose: Tune's console verbosity (0 silent, 1 status tables, 2 trial results).
         time_budget_s: stop the whole grid after this long (unfinished trials resume later).
-        wrap_trainable: optional decorator of the trainable (tests inject faults with it).
+        wrap_trainable: optional decorator of the trainable class (tests inject faults with it).
+        address: a running Ray cluster to join (default ``RAY_ADDRESS``, else a local Ray starts);
+            when its named worker pool runs (``fgl-ray pool start``), trials borrow from it and
+            reserve only their own sliver of CPU.
 
     Raises:
         GridError: the folder already holds a grid and ``resume`` is off, the stored grid
@@ -299,19 +356,30 @@ def run_grid(grid: Grid, resume: bool = False, verbose: int = 1, time_budget_s: 
     if grid.cpus_per_trial is not None:
         size_trials(grid, datasets, keys, grid.cpus_per_trial, grid.gpus_per_trial)  # fail before Ray starts
 
-    with ray_session():
+    with ray_session(address=address):
+        from actors.service import find_pool
+
         cluster = ray.cluster_resources()
-        cpus = grid.cpus_per_trial or auto_cpus_per_trial(float(cluster.get("CPU", 0.0)), len(grid.points),
-                                                          grid.max_concurrent_trials)
-        bundles = size_trials(grid, datasets, keys, cpus, grid.gpus_per_trial)
+        pool = find_pool()
+        concurrency = grid.max_concurrent_trials
+        if pool is not None:
+            cpus = DRIVER_CPUS
+            bundles = {point.id: [{"CPU": DRIVER_CPUS}] for point in grid.points}
+            concurrency = concurrency or pool.size
+            notes.append(f"trials borrow client workers from the cluster's pool ({pool.size} workers), at most "
+                         f"{concurrency} trials at once")
+        else:
+            cpus = grid.cpus_per_trial or auto_cpus_per_trial(float(cluster.get("CPU", 0.0)), len(grid.points),
+                                                              grid.max_concurrent_trials)
+            bundles = size_trials(grid, datasets, keys, cpus, grid.gpus_per_trial)
         _check_fits(bundles, cluster)
         description = grid.describe() | {"cpus_per_trial": cpus, "bundles": bundles, "folder": str(folder)}
         write_json(folder / GRID_JSON, description)
         runs_dir = folder / RUNS_DIRNAME
         configs = {p.id: p.config.model_copy(update={"output_dir": runs_dir, "run_name": p.id}) for p in grid.points}
         setup = TrialSetup(configs, keys, datasets, str(runs_dir), grid.metric.model_dump(), cpus,
-                           grid.gpus_per_trial, float(cluster.get("GPU", 0.0)))
-        trainable = federation_trial if wrap_trainable is None else wrap_trainable(federation_trial)
+                           grid.gpus_per_trial, float(cluster.get("GPU", 0.0)), use_pool=pool is not None)
+        trainable = FederationTrainable if wrap_trainable is None else wrap_trainable(FederationTrainable)
         factories = {pid: tune.PlacementGroupFactory(group, strategy="PACK") for pid, group in bundles.items()}
         trainable = tune.with_resources(tune.with_parameters(trainable, setup=setup),
                                         resources=lambda config: factories[config["point"]["id"]])
@@ -323,7 +391,7 @@ def run_grid(grid: Grid, resume: bool = False, verbose: int = 1, time_budget_s: 
             tuner = tune.Tuner(
                 trainable,
                 param_space={"point": tune.grid_search([_point_space(p) for p in grid.points])},
-                tune_config=tune.TuneConfig(max_concurrent_trials=grid.max_concurrent_trials, reuse_actors=True,
+                tune_config=tune.TuneConfig(max_concurrent_trials=concurrency, reuse_actors=True,
                                             time_budget_s=time_budget_s,
                                             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
                 run_config=tune.RunConfig(name=TUNE_DIRNAME, storage_path=str(folder), verbose=verbose,

@@ -87,7 +87,7 @@ def test_client_gradient_state_follows_the_update_rule_across_rounds(make_config
 def test_two_rounds_on_the_local_backend_fill_server_and_client_state(make_config, tiny_data, run_local):
     backend = run_local(make_config("feddyn"), tiny_data, rounds=2)
     assert backend.server.algorithm.h[GLOBAL].abs().sum() > 0
-    for client in backend.pool.clients.values():
+    for client in backend.host.clients.values():
         assert client.ctx.state["feddyn_grad"].abs().sum() > 0
 
 

@@ -129,7 +129,7 @@ def federation():
 
 def test_the_upload_is_model_banks_and_counts_only(federation):
     backend, data = federation
-    client = backend.pool.clients[0]
+    client = backend.host.clients[0]
     update = client.train(backend.server.broadcast(0))
     assert set(update.stats) == {"prototypes", "counts"}
     assert update.stats["prototypes"].shape == (2, data.num_classes, 16)
@@ -140,9 +140,9 @@ def test_the_upload_is_model_banks_and_counts_only(federation):
         observed = graph.train_mask & available[:, m]
         expected = torch.bincount(graph.y[observed], minlength=data.num_classes).float()
         assert torch.equal(update.stats["counts"][m], expected)
-    sizes = {c.ctx.data.num_nodes for c in backend.pool.clients.values()}
+    sizes = {c.ctx.data.num_nodes for c in backend.host.clients.values()}
     shapes = {tuple(c.train(backend.server.broadcast(0)).stats["prototypes"].shape)
-              for c in backend.pool.clients.values()}
+              for c in backend.host.clients.values()}
     assert len(sizes) > 1 and len(shapes) == 1                            # no node-count dimension
 
 
@@ -182,7 +182,7 @@ def test_prototypes_exist_after_a_round_and_the_ablation_sends_none(tmp_path):
     ablated = open_backend(load_config(values | {"algorithm_options": {"prototype_synthesis": False}}), data)
     ablated.run_round(0)
     assert ablated.server.broadcast(1).stats == {}
-    assert ablated.pool.clients[0].train(ablated.server.broadcast(1)).stats == {}
+    assert ablated.host.clients[0].train(ablated.server.broadcast(1)).stats == {}
 
 
 def test_fedmgs_refuses_another_backbone():
@@ -199,7 +199,7 @@ def _trained_client(**algorithm_options):
 
     backend = open_backend(load_config(values), build_federated_data(load_config(values)))
     backend.run_round(0)
-    client = backend.pool.clients[0]
+    client = backend.host.clients[0]
     client.algorithm.receive(client.ctx, backend.server.broadcast(1))
     client.ctx.model.eval()
     return client

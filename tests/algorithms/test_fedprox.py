@@ -43,7 +43,7 @@ def test_mu_zero_trains_exactly_like_fedavg(make_config, tiny_data, run_local, f
 
 def test_anchor_is_the_latest_global_model_and_no_statistics_are_uploaded(make_config, tiny_data, run_local):
     backend = run_local(make_config("fedprox", algorithm_options={"mu": 0.1}), tiny_data, rounds=2)
-    for client in backend.pool.clients.values():
+    for client in backend.host.clients.values():
         anchor = torch.cat([a.reshape(-1) for a in client.ctx.state["fedprox_anchor"]])
         assert torch.equal(anchor, backend.global_weights())
         assert client.algorithm.upload(client.ctx) == {}

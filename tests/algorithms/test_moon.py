@@ -92,7 +92,7 @@ def test_previous_local_model_persists_across_rounds(make_config, make_client, r
 
 def test_runs_on_pmlp_whose_phases_differ(make_config, tiny_data, run_local):
     backend = run_local(make_config("moon", model="pmlp_gcn"), tiny_data, rounds=2)
-    assert all(c.ctx.state["moon_has_previous"] for c in backend.pool.clients.values())
+    assert all(c.ctx.state["moon_has_previous"] for c in backend.host.clients.values())
 
 
 def moon_objective(moon, ctx, z, logits, targets):

@@ -52,7 +52,7 @@ def probe(values: dict) -> dict:
         started = time.perf_counter()
         handle = open_backend(base.with_overrides(gpus_per_client=setting), data)
         try:
-            placements = ray.get(handle.server.placements.remote())
+            placements = handle.placements()
             entry = report["settings"][str(setting)] = {
                 "plan_gpus_per_actor": handle.plan.gpus_per_actor,
                 "num_actors": handle.plan.num_actors,

@@ -73,8 +73,8 @@ def test_no_actor_asks_for_a_gpu_on_a_cluster_without_gpus(ray_session, tiny_con
     handle = open_backend(tiny_config(backend="ray"), tiny_data)
     try:
         assert handle.plan.gpus_per_actor == 0.0
-        assert "runtime_env" not in handle.plan.client_options()
-        placements = ray.get(handle.server.placements.remote())
+        assert "runtime_env" not in handle.plan.shape.options()
+        placements = handle.placements()
         assert len(placements) == handle.plan.num_actors
         for placement in placements:
             assert "GPU" not in placement["resources"] and placement["gpu_ids"] == []

@@ -1,7 +1,8 @@
-"""``RayClientPool`` against stand-in client actors (no model, no data): an actor that raises, one
+"""``RayClientPool`` against stand-in client workers (no model, no data): a worker that raises, one
 whose process dies, and one that answers after the round timeout each fail only the clients they
-host; the round goes on without waiting for the late one, and Ray's restart brings the dead
-actor's clients back."""
+host; the round goes on without waiting for the late one, Ray's restart brings the dead worker's
+clients back (re-hosted under the run's lease), and a run whose ``actor_restarts`` are used up
+keeps that worker's clients failed."""
 
 from __future__ import annotations
 
@@ -18,8 +19,15 @@ def _stand_in_actor_class(ray):
 
         def __init__(self, behaviour: str) -> None:
             self.behaviour = behaviour
+            self.hosted = 0
 
-        def run(self, method, broadcast, client_ids):
+        def host(self, lease):
+            self.hosted += 1
+
+        def hosted_times(self):
+            return self.hosted
+
+        def run(self, lease, method, broadcast, client_ids):
             import os
 
             if broadcast.round == 0:
@@ -31,7 +39,7 @@ def _stand_in_actor_class(ray):
                     time.sleep(60)
             return [ClientEvaluation(cid, {}) for cid in client_ids]
 
-        def device(self) -> str:
+        def ready(self) -> str:
             return "cpu"
 
     return ray.remote(num_cpus=0, max_restarts=1, max_task_retries=0)(StandIn)
@@ -43,15 +51,30 @@ def _broadcast(round_index: int) -> Broadcast:
     return Broadcast(round=round_index, models={GLOBAL: ModelState(torch.zeros(1), torch.zeros(0))})
 
 
+def _when_back(ray, actor, timeout_s=60.0):
+    """How often ``actor`` was given clients, asked once Ray has restarted it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get(actor.hosted_times.remote(), timeout=timeout_s)
+        except ray.exceptions.ActorUnavailableError:
+            assert time.monotonic() < deadline, "the worker never came back"
+            time.sleep(0.2)
+
+
+def _pool(actors, assignment, restarts):
+    from actors.pool import RayClientPool
+
+    return RayClientPool(actors, assignment, "lease", lambda worker: worker.host.remote("lease"), restarts)
+
+
 def test_raising_dead_and_late_actors_fail_only_their_clients_and_a_restarted_actor_returns(request):
     ray = request.getfixturevalue("ray_session")
-    from fgl_ray.runtime.ray_backend import RayClientPool
-
     actor = _stand_in_actor_class(ray)
     behaviours = {"fine": [0, 1], "raise": [2], "die": [3], "late": [4, 5]}
     actors = [actor.remote(name) for name in behaviours]
-    ray.get([a.device.remote() for a in actors])                    # every process is up before the clock runs
-    pool = RayClientPool(actors, list(behaviours.values()))
+    ray.get([a.ready.remote() for a in actors])                     # every process is up before the clock runs
+    pool = _pool(actors, list(behaviours.values()), restarts=1)
     timeout = 3.0
     try:
         started = time.monotonic()
@@ -71,7 +94,25 @@ def test_raising_dead_and_late_actors_fail_only_their_clients_and_a_restarted_ac
         assert sorted(a.client_id for a in later) == [0, 1, 2, 3]
         assert all(isinstance(a, ClientEvaluation) for a in later)
         assert pool.restarting == set()
+        assert ray.get(actors[2].hosted_times.remote()) == 1         # the restarted process got its clients again
     finally:
         for a in actors:
             ray.kill(a)
 
+
+def test_a_run_without_restarts_left_keeps_the_dead_workers_clients_failed(request):
+    ray = request.getfixturevalue("ray_session")
+    actor = _stand_in_actor_class(ray)
+    actors = [actor.remote("fine"), actor.remote("die")]
+    ray.get([a.ready.remote() for a in actors])
+    pool = _pool(actors, [[0], [1]], restarts=0)
+    try:
+        pool.evaluate(_broadcast(0), [0, 1], 30.0)
+        later = pool.evaluate(_broadcast(1), [0, 1], 30.0)
+        assert isinstance(later[0], ClientEvaluation) or isinstance(later[1], ClientEvaluation)
+        failed = [a for a in later if isinstance(a, ClientFailure)]
+        assert [(f.client_id, "actor_restarts" in f.reason) for f in failed] == [(1, True)]
+        assert _when_back(ray, actors[1]) == 0       # Ray replaced the process, but this run did not take it back
+    finally:
+        for a in actors:
+            ray.kill(a)

@@ -1,7 +1,7 @@
 import pytest
 
 from fgl_ray.config import ConfigError, load_config
-from fgl_ray.runtime.resources import SERVER_CPUS, balance, plan_resources
+from fgl_ray.runtime.resources import WORKER_BYTES, balance, memory_cap, plan_resources
 
 SIZES = {i: size for i, size in enumerate([900, 100, 100, 500, 480, 20, 300, 300, 50, 50, 10, 700])}
 
@@ -14,7 +14,7 @@ def test_no_gpu_requested_on_a_cluster_without_gpus():
     plan = plan_resources(_config(), SIZES, {"CPU": 2.0})
     assert plan.gpus_per_actor == 0.0
     assert plan.num_actors == 2
-    assert plan.num_actors * plan.cpus_per_actor + SERVER_CPUS <= 2.0
+    assert plan.num_actors * plan.cpus_per_actor <= 2.0
 
 
 def test_gpu_share_only_when_the_cluster_has_gpus():
@@ -47,10 +47,8 @@ def test_a_cluster_without_cpus_is_refused():
 # ---------------------------------------------------------------- GPUs (gpus_per_client)
 
 def _fits(plan, nodes):
-    """Whether every client actor (and the server) can be placed on ``nodes`` at once."""
+    """Whether every client actor can be placed on ``nodes`` at once."""
     free = [dict(node) for node in nodes]
-    server = max(range(len(free)), key=lambda k: free[k].get("CPU", 0))
-    free[server]["CPU"] -= SERVER_CPUS
     for _ in range(plan.num_actors):
         for node in free:
             if (node.get("CPU", 0) >= plan.cpus_per_actor - 1e-9
@@ -74,15 +72,14 @@ def test_auto_gives_each_actor_min_one_or_gpus_over_actors(cluster, actors, shar
     assert plan.num_actors == actors
     assert plan.gpus_per_actor == pytest.approx(share, abs=1e-9)
     assert plan.num_actors * plan.gpus_per_actor <= cluster["GPU"]
-    assert plan.client_options()["num_gpus"] == plan.gpus_per_actor
-    assert "runtime_env" not in plan.client_options()
+    assert plan.shape.options()["num_gpus"] == plan.gpus_per_actor
+    assert "runtime_env" not in plan.shape.options()
 
 
 def test_auto_asks_for_no_gpu_and_hides_nothing_without_gpus():
     plan = plan_resources(_config(gpus_per_client="auto"), SIZES, {"CPU": 2.0})
     assert plan.gpus_per_actor == 0.0
-    assert plan.client_options() == {"num_cpus": plan.cpus_per_actor, "num_gpus": 0.0}
-    assert plan.server_options() == {"num_cpus": SERVER_CPUS}
+    assert plan.shape.options() == {"num_cpus": plan.cpus_per_actor, "num_gpus": 0.0}
 
 
 def test_fixed_fraction_is_used_as_is():
@@ -112,13 +109,22 @@ def test_fixed_fraction_without_gpus_fails_before_any_actor_is_created():
 def test_zero_asks_for_no_gpu_and_hides_the_clusters_gpus():
     plan = plan_resources(_config(gpus_per_client=0), SIZES, {"CPU": 2.0, "GPU": 2.0})
     assert plan.gpus_per_actor == 0.0
-    assert plan.client_options()["num_gpus"] == 0.0
-    assert plan.client_options()["runtime_env"] == {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}
+    assert plan.shape.options()["num_gpus"] == 0.0
+    assert plan.shape.options()["runtime_env"] == {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}
 
 
-def test_server_keeps_no_runtime_env_that_its_gpu_clients_would_inherit():
-    plan = plan_resources(_config(), SIZES, {"CPU": 2.0, "GPU": 1.0})
-    assert plan.server_options() == {"num_cpus": SERVER_CPUS}
+def test_auto_never_starts_more_workers_than_the_memory_holds():
+    sizes = {i: 1 for i in range(32)}
+    roomy = plan_resources(_config(), sizes, {"CPU": 16.0, "memory": 64 * 2**30})
+    assert roomy.num_actors == 16                                     # one per CPU
+    tight = plan_resources(_config(), sizes, {"CPU": 16.0, "memory": 5 * WORKER_BYTES})
+    assert tight.num_actors == 5
+    data = 2**30                                                      # three copies of 1 GiB of client data
+    crowded = plan_resources(_config(), sizes, {"CPU": 16.0, "memory": 3 * data + 5 * WORKER_BYTES}, data_bytes=data)
+    assert crowded.num_actors == 5 == memory_cap(3 * data + 5 * WORKER_BYTES, data)
+    assert memory_cap(WORKER_BYTES / 2, 0) == 1                         # at least one, always
+    fixed = plan_resources(_config(clients_per_actor=2), sizes, {"CPU": 16.0, "memory": 5 * WORKER_BYTES})
+    assert fixed.num_actors == 16                                     # an explicit clients_per_actor is obeyed
 
 
 @pytest.mark.parametrize("value", [1.5, -0.1, "half", True])

@@ -1,14 +1,13 @@
 """The smoke grid end to end on local Ray: concurrent trials in their placement groups, tables,
 heatmap, resume without rerunning finished trials, and ``fgl-ray report`` without Ray.
 
-One grid run serves every test here (each trial starts a server and a client actor, seconds
-apiece): the first pass makes two trials fail on purpose, ``resume=True`` then restarts only
-those two.
+One grid run serves every test here (a trial's first federation starts its client worker,
+seconds apiece; Tune hands the next trials the same actor and workers): the first pass makes two
+trials fail on purpose, ``resume=True`` then restarts only those two.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import shutil
@@ -32,33 +31,25 @@ BUDGET_S = 900
 
 
 def failing(point_ids):
-    """Wraps the trainable so that the first of the given points raises before starting any actor
-    and the others crash after their round 1 (after its checkpoint)."""
+    """Subclasses the trainable so that the first of the given points raises before borrowing any
+    worker and the others crash after their round 1 (after its checkpoint and its report)."""
     def wrap(trainable):
-        @functools.wraps(trainable)
-        def trial(config, setup):
-            point_id = config["point"]["id"]
-            if point_id == point_ids[0]:
-                raise RuntimeError(f"injected failure of {point_id}")
-            if point_id not in point_ids:
-                return trainable(config, setup)
-            import fgl_ray.runtime
+        class Failing(trainable):
+            def _begin(self, tune_config):
+                point_id = tune_config["point"]["id"]
+                if point_id == point_ids[0]:
+                    raise RuntimeError(f"injected failure of {point_id}")
+                super()._begin(tune_config)
+                self.crashes = point_id in point_ids
 
-            run_experiment = fgl_ray.runtime.run_experiment
+            def step(self):
+                values = super().step()
+                if self.crashes and values["round"] == 1:
+                    raise RuntimeError(f"injected crash of {self.record['id']} after round 1")
+                return values
 
-            def crash_after_round_1(*args, on_round, **kwargs):
-                def report_then_crash(result, rows):
-                    on_round(result, rows)
-                    if result.round == 1:
-                        raise RuntimeError(f"injected crash of {point_id} after round 1")
-                return run_experiment(*args, on_round=report_then_crash, **kwargs)
-
-            fgl_ray.runtime.run_experiment = crash_after_round_1
-            try:
-                return trainable(config, setup)
-            finally:
-                fgl_ray.runtime.run_experiment = run_experiment
-        return trial
+        Failing.__name__ = Failing.__qualname__ = trainable.__name__    # Tune restores a trainable by its name
+        return Failing
     return wrap
 
 
@@ -126,8 +117,8 @@ def test_actors_fill_the_trials_own_bundles(smoke_run):
         num_clients = sum(len(hosted) for hosted in record["plan"]["assignment"])
         expected = trial_bundles(point.config, num_clients, second.cpus_per_trial)
         assert [b["CPU"] for b in record["bundles"]] == pytest.approx([b["CPU"] for b in expected])
-        # after round 0 every CPU of every bundle is taken: the driver, the server and each
-        # client actor run inside the trial's placement group
+        # after round 0 every CPU of every bundle is taken: the trial's actor (the server) and
+        # each client worker run inside the trial's placement group
         assert all(free["CPU"] == pytest.approx(0.0, abs=1e-6) for free in record["bundle_free"])
         assert len(record["bundles"]) - FIRST_CLIENT_BUNDLE == len(record["plan"]["assignment"])
 

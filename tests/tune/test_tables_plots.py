@@ -101,12 +101,13 @@ def test_round_reporter_reports_pooled_average_and_running_last_k():
 
     config = load_config({"last_k": 2})
     reports = []
-    reporter = RoundReporter(config, {"name": "accuracy", "domain": "avg_over_domains"}, report=reports.append)
+    reporter = RoundReporter(config, {"name": "accuracy", "domain": "avg_over_domains"})
     rng = np.random.default_rng(2)
     history = []
     for t in range(4):
         test = {"a": rng.random(), "b": rng.random(), "all": rng.random()}
-        reporter(SimpleNamespace(round=t, failures=[]), _rows(t, {"val": {"a": 0.1, "all": 0.2}, "test": test}))
+        reports.append(reporter(SimpleNamespace(round=t, failures=[]),
+                                _rows(t, {"val": {"a": 0.1, "all": 0.2}, "test": test})))
         history.append((test["a"] + test["b"]) / 2)
         last = reports[-1]
         assert last["round"] == t and last["test/accuracy/all"] == test["all"]
@@ -121,9 +122,7 @@ def test_round_reporter_reports_pooled_average_and_running_last_k():
 def test_round_reporter_leaves_out_undefined_values():
     from fgl_ray.tune.runner import RoundReporter
 
-    reports = []
-    reporter = RoundReporter(load_config({}), {"name": "accuracy", "domain": "avg_over_domains"},
-                             report=reports.append)
-    reporter(SimpleNamespace(round=0, failures=[]), _rows(0, {"test": {"all": 0.5, "a": math.nan}}))
+    reporter = RoundReporter(load_config({}), {"name": "accuracy", "domain": "avg_over_domains"})
+    reports = [reporter(SimpleNamespace(round=0, failures=[]), _rows(0, {"test": {"all": 0.5, "a": math.nan}}))]
     assert "test/accuracy/avg" not in reports[0] and reports[0]["test/accuracy/all"] == 0.5
     assert all(not (isinstance(v, float) and math.isnan(v)) for v in reports[0].values())

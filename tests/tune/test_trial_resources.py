@@ -7,8 +7,8 @@ import math
 import pytest
 
 from fgl_ray.config import load_config
-from fgl_ray.tune.resources import (DRIVER_BUNDLE, DRIVER_CPUS, FIRST_CLIENT_BUNDLE, SERVER_BUNDLE,
-                                    auto_cpus_per_trial, bundle_totals, trial_bundles, trial_plan)
+from fgl_ray.tune.resources import (DRIVER_BUNDLE, DRIVER_CPUS, FIRST_CLIENT_BUNDLE, auto_cpus_per_trial,
+                                    bundle_totals, trial_bundles, trial_plan)
 
 SIZES = {i: size for i, size in enumerate([900, 100, 100, 500, 480, 20, 300, 300, 50, 50, 10, 700])}
 
@@ -18,10 +18,10 @@ def _config(**values):
 
 
 def actor_requests(config, sizes, cpus, gpus=0.0):
-    """What the trial starts, as Ray requests: driver, server, one per client actor."""
+    """What the trial starts, as Ray requests: its own actor (the server), one per client worker."""
     plan = trial_plan(config, sizes, cpus, gpus)
     clients = [{"CPU": plan.cpus_per_actor, "GPU": plan.gpus_per_actor} for _ in plan.assignment]
-    return [{"CPU": DRIVER_CPUS}, {"CPU": plan.server_cpus}, *clients]
+    return [{"CPU": DRIVER_CPUS}, *clients]
 
 
 def place(requests, bundles):
@@ -60,20 +60,20 @@ def test_bundles_cover_every_actor_the_trial_starts(options, sizes, cpus, gpus):
     assert totals["CPU"] >= sum(r["CPU"] for r in requests) - 1e-9
     assert totals["CPU"] <= cpus + 1e-9 and totals.get("GPU", 0.0) <= gpus + 1e-9
     assert place(requests, bundles) is not None
-    # the layout the trainable relies on: driver, server, then one bundle per client actor
+    # the layout the trainable relies on: the trial's actor, then one bundle per client worker
     assert requests[0]["CPU"] <= bundles[DRIVER_BUNDLE]["CPU"]
-    assert requests[1]["CPU"] <= bundles[SERVER_BUNDLE]["CPU"]
-    assert len(bundles) - FIRST_CLIENT_BUNDLE == len(requests) - 2
+    assert len(bundles) - FIRST_CLIENT_BUNDLE == len(requests) - 1
+    for request, bundle in zip(requests[1:], bundles[FIRST_CLIENT_BUNDLE:]):   # each worker in its own bundle
+        assert all(bundle.get(k, 0.0) + 1e-9 >= v for k, v in request.items() if v > 0)
 
 
 @pytest.mark.parametrize("options, sizes, cpus, gpus", CASES)
 def test_client_bundles_fit_one_client_actor_each(options, sizes, cpus, gpus):
-    """Clients are captured into any bundle with room: no bundle may hold two or the server plus one."""
+    """Each worker is put into its own bundle: none may be larger than one worker needs."""
     config = _config(**options)
     plan = trial_plan(config, sizes, cpus, gpus)
     for bundle in trial_bundles(config, sizes, cpus, gpus)[FIRST_CLIENT_BUNDLE:]:
         assert bundle["CPU"] < 2 * plan.cpus_per_actor
-        assert bundle["CPU"] < plan.cpus_per_actor + plan.server_cpus
 
 
 def test_plan_hosts_every_client_once():
@@ -85,7 +85,7 @@ def test_plan_hosts_every_client_once():
 def test_default_is_one_client_actor_per_whole_cpu_left():
     for cpus in (1.0, 2.0, 3.5):
         plan = trial_plan(_config(), SIZES, cpus)
-        assert plan.num_actors == max(1, math.floor(cpus - DRIVER_CPUS - plan.server_cpus))
+        assert plan.num_actors == max(1, math.floor(cpus - DRIVER_CPUS))
 
 
 def test_too_few_cpus_fail_with_the_fix():
