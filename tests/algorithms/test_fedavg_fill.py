@@ -40,7 +40,7 @@ def test_the_fill_is_the_pooled_mean_of_observed_rows_and_reaches_clients_withou
 
 def test_missing_blocks_take_the_fill_values(federation):
     backend, data = federation
-    client = backend.pool.clients[data.clients[0].client_id]
+    client = backend.host.clients[data.clients[0].client_id]
     model = client.ctx.model.eval()
     dims = model.modality_dims
     x = client.ctx.data.x

@@ -68,7 +68,7 @@ def test_round_index_and_prototypes_carry_across_rounds(make_config, tiny_data, 
     first = proc.server.algorithm.prototypes.clone()
     proc.run_round(1)
     assert not torch.equal(proc.server.algorithm.prototypes, first)
-    for client in proc.pool.clients.values():
+    for client in proc.host.clients.values():
         assert client.ctx.state["fedproc_round"] == 2                    # set by the last receive (evaluation)
         assert client.ctx.server_stats["present"].all()
     assert proc.server.declared == {"prototypes": (NUM_CLASSES, HIDDEN), "counts": (NUM_CLASSES,)}

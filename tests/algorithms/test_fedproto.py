@@ -108,7 +108,7 @@ def test_server_prototypes_are_the_merge_of_this_rounds_uploads(make_config, tin
         merged, present = merge_prototypes([(s["prototypes"], s["counts"]) for s in stats.values()])
         torch.testing.assert_close(algorithm.prototypes, merged)
         assert present.all() and algorithm.present.all()
-        for client in backend.pool.clients.values():     # the evaluation broadcast carried them
+        for client in backend.host.clients.values():     # the evaluation broadcast carried them
             torch.testing.assert_close(client.ctx.server_stats["prototypes"], merged)
     assert stats[2]["counts"][0] == 0                     # client 2 never has class 0
     assert not torch.equal(uploads[0][0]["prototypes"], uploads[1][0]["prototypes"])

@@ -213,3 +213,25 @@ def test_resume_into_a_folder_without_a_grid_is_refused(tmp_path):
     with pytest.raises(GridError, match="holds no grid to resume"):
         run_grid(load_grid(SMOKE, output_dir=tmp_path / "elsewhere"), resume=True, verbose=0)
     assert not (tmp_path / "elsewhere").exists() or not any((tmp_path / "elsewhere").iterdir())
+
+
+def _scores(run_dir: Path) -> pd.DataFrame:
+    frame = pd.read_parquet(run_dir / "metrics.parquet").drop(columns="run_id")
+    frame = frame[~frame.metric.str.contains("seconds")]
+    return frame.sort_values([c for c in frame.columns if c != "value"]).reset_index(drop=True)
+
+
+def test_later_trials_reuse_warm_workers_and_get_a_fresh_runs_metrics(smoke_run, tmp_path):
+    from fgl_ray.runtime import run_experiment
+
+    folder, grid = smoke_run["folder"], smoke_run["grid"]
+    records = {point.id: _record(folder, point.id) for point in grid.points}
+    reused = [point for point in grid.points if records[point.id]["reused_workers"]
+              and records[point.id]["resumed_from"] is None]
+    assert reused, "no trial ran on a reused trial actor and its workers"
+    for point in reused:
+        fresh = run_experiment(point.config.model_copy(update={"backend": "local", "output_dir": tmp_path,
+                                                               "run_name": point.id}), progress=False)
+        pd.testing.assert_frame_equal(_scores(folder / RUNS_DIRNAME / point.id), _scores(fresh.run_dir),
+                                      check_exact=True)
+        assert records[point.id]["startup"]["phases"]["workers"] < 1.0     # its workers were up already
