@@ -69,14 +69,49 @@ def kept_count(rho: float, size: int) -> int:
     return min(size, math.ceil(Fraction(repr(float(rho))) * size))
 
 
-def top_ratio_mask(importance: Tensor, rho: float) -> Tensor:
-    """Boolean mask of the ``ceil(rho * n)`` largest entries; ties go to the lowest indices."""
-    mask = torch.zeros(importance.shape, dtype=torch.bool, device=importance.device)
-    k = kept_count(rho, importance.numel())
-    if k:
-        order = torch.sort(importance, descending=True, stable=True).indices
-        mask[order[:k]] = True
-    return mask
+#: Columns read per block when summing ``|u|`` over clients: a block's temporary stays in cache,
+#: which makes the column sums several times faster than one ``updates.abs()`` of the whole matrix.
+COLUMN_BLOCK = 1 << 16
+
+
+def column_abs_mean(updates: Tensor) -> Tensor:
+    """``mean_k |u_k|`` of a ``[K, P]`` matrix, read block by block (no ``[K, P]`` temporary)."""
+    importance = torch.empty(updates.shape[1], dtype=updates.dtype, device=updates.device)
+    for start in range(0, updates.shape[1], COLUMN_BLOCK):
+        block = slice(start, start + COLUMN_BLOCK)
+        torch.sum(updates[:, block].abs(), dim=0, out=importance[block])
+    return importance.div_(updates.shape[0])
+
+
+class GroupTopK:
+    """Per contiguous group of coordinates, the mask of its ``ceil(rho * |G|)`` largest entries.
+
+    One selection per group finds its threshold (the k-th largest value); the comparison with the
+    thresholds, and the tie-break that keeps the lowest indices among entries equal to a threshold,
+    are vectorised over all coordinates. The result equals a stable descending sort per group.
+    """
+
+    def __init__(self, groups: Sequence[slice], rho: float) -> None:
+        self.groups = [g for g in groups if g.stop > g.start]
+        sizes = [g.stop - g.start for g in self.groups]
+        self.sizes = torch.tensor(sizes)
+        self.keep = torch.tensor([kept_count(rho, n) for n in sizes])
+        self.starts = torch.tensor([g.start for g in self.groups])
+
+    def __call__(self, importance: Tensor) -> Tensor:
+        thresholds = torch.stack([torch.kthvalue(importance[g], n - k + 1).values
+                                  for g, n, k in zip(self.groups, self.sizes.tolist(), self.keep.tolist())])
+        threshold = torch.repeat_interleave(thresholds, self.sizes)
+        above = importance > threshold
+        tied = importance == threshold
+        above_before = torch.cumsum(above, 0)       # running counts; a group's own count is a difference
+        tied_before = torch.cumsum(tied, 0)
+        ends = self.starts + self.sizes - 1
+        offset = torch.where(self.starts > 0, tied_before[self.starts - 1], 0)
+        above_in_group = above_before[ends] - torch.where(self.starts > 0, above_before[self.starts - 1], 0)
+        tied_rank = tied_before - torch.repeat_interleave(offset, self.sizes)       # 1-based within a group
+        room = torch.repeat_interleave(self.keep - above_in_group, self.sizes)
+        return above | (tied & (tied_rank <= room))
 
 
 @AGGREGATORS.register("fedia")
@@ -102,10 +137,8 @@ class FedIAAggregator(Aggregator):
         self._position = {cid: i for i, cid in enumerate(self.client_ids)}
         if len(self._position) != len(self.client_ids):
             raise ValueError(f"client ids must be unique, got {self.client_ids}")
-        if options.mask_scope == "global":
-            self.groups = [slice(0, layout.size)]
-        else:
-            self.groups = layout.groups(by=options.group_by)
+        groups = [slice(0, layout.size)] if options.mask_scope == "global" else layout.groups(by=options.group_by)
+        self.top = GroupTopK(groups, options.rho)
         self.alpha = torch.full((len(self.client_ids),), 1.0 / len(self.client_ids), dtype=torch.float64)
         self.last_mask: Tensor | None = None
         self.last_scores: Tensor | None = None
@@ -124,11 +157,7 @@ class FedIAAggregator(Aggregator):
 
     def mask(self, updates: Tensor) -> Tensor:
         """Eq. 5: the concatenated per-group top-rho mask of ``mean_k |u_k|`` (boolean ``[P]``)."""
-        importance = updates.abs().mean(dim=0)
-        mask = torch.zeros(importance.shape, dtype=torch.bool, device=importance.device)
-        for group in self.groups:
-            mask[group] = top_ratio_mask(importance[group], self.options.rho)
-        return mask
+        return self.top(column_abs_mean(updates))
 
     def aggregate(self, weights: Tensor, updates: Tensor, num_samples: Tensor, client_ids: Sequence[int],
                   lr: float) -> Tensor:
@@ -141,7 +170,8 @@ class FedIAAggregator(Aggregator):
         index = torch.tensor([self._position[c] for c in client_ids], dtype=torch.long)
 
         mask = self.mask(updates)
-        scores = torch.linalg.vector_norm(updates[:, mask].double(), dim=1)        # Eq. 6
+        kept = updates.index_select(1, mask.nonzero().squeeze(1))
+        scores = torch.linalg.vector_norm(kept.double(), dim=1)                     # Eq. 6
         if self.options.score_scale == "per_step":
             scores = scores / self.local_steps
         p = torch.softmax(scores, dim=0)

@@ -278,3 +278,28 @@ def test_per_step_scores_divide_the_masked_norms_by_the_local_steps_and_leave_th
     assert results["per_step"][0].max() < results["update"][0].max()           # flatter client weights
     for scale, (alpha, new) in results.items():
         torch.testing.assert_close(new, -(alpha @ u))                            # Eq. 8 on the updates as sent
+
+
+@pytest.mark.parametrize("rho", [0.01, 0.07, 0.33, 0.5, 1.0])
+def test_vectorised_group_top_k_equals_a_stable_sort_per_group(rho):
+    from fgl_ray.aggregators.fedia import GroupTopK, kept_count
+
+    generator = torch.Generator().manual_seed(int(rho * 100))
+    for _ in range(40):
+        sizes = torch.randint(1, 40, (int(torch.randint(1, 6, (), generator=generator)),), generator=generator)
+        bounds = [0, *torch.cumsum(sizes, 0).tolist()]
+        groups = [slice(a, b) for a, b in zip(bounds, bounds[1:])]
+        importance = torch.randint(0, 4, (bounds[-1],), generator=generator).float()   # many ties
+        expected = torch.zeros(bounds[-1], dtype=torch.bool)
+        for group in groups:
+            order = torch.sort(importance[group], descending=True, stable=True).indices
+            expected[group.start + order[:kept_count(rho, group.stop - group.start)]] = True
+        assert torch.equal(GroupTopK(groups, rho)(importance), expected)
+
+
+def test_blocked_column_mean_equals_the_plain_one(monkeypatch):
+    from fgl_ray.aggregators import fedia
+
+    monkeypatch.setattr(fedia, "COLUMN_BLOCK", 7)
+    updates = torch.randn(5, 50, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(fedia.column_abs_mean(updates), updates.abs().mean(dim=0), atol=1e-6)
