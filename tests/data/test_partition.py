@@ -192,3 +192,23 @@ def test_registry_and_presets():
         assert len(parts) == sum(preset.domain_ratios) * preset.clients_per_domain
     assert PRESETS["twitch-S2"].domain_ratios[0] == 5 * PRESETS["twitch-S2"].domain_ratios[1]
     assert PRESETS["twitch-S3"].domain_ratios[0] == 10 * PRESETS["twitch-S3"].domain_ratios[1]
+
+
+def test_own_edges_in_one_pass_equal_pyg_subgraph_per_client():
+    from torch_geometric.utils import subgraph
+
+    from fgl_ray.data.partition.clients import _own_edges
+
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        num_nodes = int(torch.randint(5, 300, (), generator=generator))
+        edge_index = torch.randint(0, num_nodes, (2, int(torch.randint(0, 2000, (), generator=generator))),
+                                   generator=generator)
+        assigned = torch.randperm(num_nodes, generator=generator)[int(torch.randint(0, num_nodes // 3 + 1, (),
+                                                                                     generator=generator)):]
+        parts = [nodes.sort().values for nodes in torch.tensor_split(assigned, min(12, assigned.numel()))]
+        graph = Data(edge_index=edge_index, num_nodes=num_nodes)
+        for nodes, edges in zip(parts, _own_edges(graph, parts)):
+            expected, _ = subgraph(nodes, edge_index, relabel_nodes=True, num_nodes=num_nodes)
+            assert torch.equal(edges, expected)
+            assert edges.untyped_storage().nbytes() == edges.numel() * edges.element_size()   # no shared storage
