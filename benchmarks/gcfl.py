@@ -29,7 +29,6 @@ import json
 import shlex
 import statistics
 import sys
-import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -39,6 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fedia_common import complete_run, finished_summary, replace_section  # noqa: E402
+from measure import MemorySampler  # noqa: E402
 
 from fgl_ray.config import load_config  # noqa: E402
 from fgl_ray.data import build_federated_data  # noqa: E402
@@ -154,42 +154,6 @@ def reproduce(args) -> None:
     if not args.no_write:
         replace_section(f"gcfl-reproduction{args.section_suffix}", body, args.results_file)
     print(body)
-
-
-class MemorySampler:
-    """Samples the summed PSS and RSS of this process and all its descendants (``ray.init`` starts
-    the GCS and the raylet as children; workers and actors are the raylet's)."""
-
-    def __init__(self, interval: float = 0.25) -> None:
-        self.interval, self.peak_pss, self.peak_rss = interval, 0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _processes(self):
-        import psutil
-
-        me = psutil.Process()
-        return [me, *me.children(recursive=True)]
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            pss = rss = 0
-            for process in self._processes():
-                try:
-                    info = process.memory_full_info()
-                    pss, rss = pss + info.pss, rss + info.rss
-                except Exception:  # a process that ended between listing and reading
-                    continue
-            self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> "MemorySampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def speed(args) -> None:

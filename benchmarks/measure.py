@@ -46,18 +46,23 @@ def flags(values: dict) -> list[str]:
 
 
 def cli_run(values: dict, output: Path, *extra: str, env: dict | None = None) -> dict:
-    """Runs ``fgl-ray run`` with ``values``; its wall time (process start to exit), run folder and summary."""
+    """Runs ``fgl-ray run`` with ``values``: its wall time (process start to exit), run folders,
+    summaries, and the peak summed RSS and PSS of the command and every process it started."""
     command = [sys.executable, "-m", "fgl_ray.cli", "run", *flags(values), "--no-progress", "--output-dir",
                str(output), "--overwrite", "true", *extra]
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=os.environ | (env or {}), timeout=3600)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=os.environ | (env or {}))
+    with MemorySampler(process.pid) as memory:
+        stdout, stderr = process.communicate(timeout=3600)
     wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-    run_dirs = [Path(line.removeprefix("results: ").strip()) for line in done.stdout.splitlines()
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}):\n{stdout[-2000:]}\n{stderr[-3000:]}")
+    run_dirs = [Path(line.removeprefix("results: ").strip()) for line in stdout.splitlines()
                 if line.startswith("results: ")]
     summaries = [json.loads((run_dir / "summary.json").read_text()) for run_dir in run_dirs]
-    return {"wall": wall, "run_dirs": run_dirs, "summaries": summaries, "out": done.stdout}
+    return {"wall": wall, "run_dirs": run_dirs, "summaries": summaries, "out": stdout,
+            "peak_rss": memory.peak_rss, "peak_pss": memory.peak_pss}
 
 
 def median(values) -> float:
@@ -76,7 +81,11 @@ class MemorySampler:
 
     def sample(self) -> tuple[int, int]:
         rss = pss = 0
-        for process in [self.root, *self.root.children(recursive=True)]:
+        try:
+            processes = [self.root, *self.root.children(recursive=True)]
+        except psutil.NoSuchProcess:   # the root ended
+            return 0, 0
+        for process in processes:
             try:
                 info = process.memory_full_info()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -100,5 +109,5 @@ class MemorySampler:
         self.sample()
 
 
-def gib(value: float) -> str:
-    return f"{value / 2**30:.2f} GB"
+def gigabytes(value: float) -> str:
+    return f"{value / 1e9:.2f} GB"
