@@ -10,6 +10,7 @@ is the memory the processes really take) are kept, with their peaks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -45,15 +46,17 @@ def flags(values: dict) -> list[str]:
     return argv
 
 
-def cli_run(values: dict, output: Path, *extra: str, env: dict | None = None) -> dict:
-    """Runs ``fgl-ray run`` with ``values``: its wall time (process start to exit), run folders,
-    summaries, and the peak summed RSS and PSS of the command and every process it started."""
+def cli_run(values: dict, output: Path, *extra: str, env: dict | None = None, memory: bool = False) -> dict:
+    """Runs ``fgl-ray run`` with ``values``: its wall time (process start to exit), run folders and
+    summaries; with ``memory``, also the peak summed RSS and PSS of the command and every process it
+    started (sampling reads every process's smaps: off where wall time is the figure)."""
     command = [sys.executable, "-m", "fgl_ray.cli", "run", *flags(values), "--no-progress", "--output-dir",
                str(output), "--overwrite", "true", *extra]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=os.environ | (env or {}))
-    with MemorySampler(process.pid) as memory:
+    sampler = MemorySampler(process.pid) if memory else None
+    with sampler or contextlib.nullcontext():
         stdout, stderr = process.communicate(timeout=3600)
     wall = time.perf_counter() - started
     if process.returncode != 0:
@@ -61,8 +64,8 @@ def cli_run(values: dict, output: Path, *extra: str, env: dict | None = None) ->
     run_dirs = [Path(line.removeprefix("results: ").strip()) for line in stdout.splitlines()
                 if line.startswith("results: ")]
     summaries = [json.loads((run_dir / "summary.json").read_text()) for run_dir in run_dirs]
-    return {"wall": wall, "run_dirs": run_dirs, "summaries": summaries, "out": stdout,
-            "peak_rss": memory.peak_rss, "peak_pss": memory.peak_pss}
+    peaks = {"peak_rss": sampler.peak_rss, "peak_pss": sampler.peak_pss} if sampler else {}
+    return {"wall": wall, "run_dirs": run_dirs, "summaries": summaries, "out": stdout} | peaks
 
 
 def median(values) -> float:

@@ -29,7 +29,7 @@ MEMORY_TARGET = 1.5e9
 
 
 def measure(values: dict, out: Path) -> dict:
-    done = cli_run(values, out)
+    done = cli_run(values, out, memory=True)
     return {"round": done["summaries"][0]["round_timing"]["round_seconds"], "rss": done["peak_rss"],
             "pss": done["peak_pss"]}
 
