@@ -94,7 +94,8 @@ class ClientActor:
 
         self.release(self.lease)
         torch.set_num_threads(threads)
-        self.host_ = ClientHost(ray.get(list(graph_refs)), config, num_features, num_classes, self.device_)
+        graphs = [graph.unpacked() for graph in ray.get(list(graph_refs))]
+        self.host_ = ClientHost(graphs, config, num_features, num_classes, self.device_)
         self.lease = lease
         return self.placement()
 

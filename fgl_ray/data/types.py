@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
@@ -16,6 +17,9 @@ Task = Literal["node", "graph"]
 KIND_TASKS: dict[str, tuple[str, ...]] = {"node": ("node-classification",), "graph": ("graph-classification",)}
 #: Multimodal node graphs offer the cross-modal readouts too.
 MULTIMODAL_TASKS = ("node-classification", "link-prediction", "modality-matching", "modality-retrieval")
+#: Node features at most this dense are shipped to workers sparse (COO: 20 bytes per non-zero
+#: against 4 per entry dense, so it pays below a fifth; this leaves a margin).
+PACK_DENSITY = 0.1
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,28 @@ class ClientGraph:
     @property
     def num_train(self) -> int:
         return int(self.data.train_mask.sum())
+
+    def packed(self) -> "ClientGraph":
+        """This partition for the object store: node features under :data:`PACK_DENSITY` dense
+        travel as a sparse COO tensor (multi-hot Twitch features: 430 MB dense, 8 MB packed);
+        :meth:`unpacked` gives back the dense features exactly."""
+        x = getattr(self.data, "x", None) if isinstance(self.data, Data) else None
+        if x is None or x.layout != torch.strided or x.dim() != 2 or not x.numel():
+            return self
+        if int(torch.count_nonzero(x)) > PACK_DENSITY * x.numel():
+            return self
+        data = copy.copy(self.data)   # shallow: the caller's partition keeps its dense features
+        data.x = x.to_sparse_coo()
+        return ClientGraph(self.client_id, self.domain, data)
+
+    def unpacked(self) -> "ClientGraph":
+        """The partition with dense node features again (the inverse of :meth:`packed`)."""
+        x = getattr(self.data, "x", None) if isinstance(self.data, Data) else None
+        if x is None or not x.is_sparse:
+            return self
+        data = copy.copy(self.data)
+        data.x = x.to_dense()
+        return ClientGraph(self.client_id, self.domain, data)
 
 
 @dataclass

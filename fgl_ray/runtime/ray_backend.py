@@ -112,7 +112,7 @@ class RayBackend:
         hosted = sorted(c for group in self.plan.assignment for c in group)
         if hosted != sorted(sizes):
             raise ValueError(f"the resource plan hosts clients {hosted}, but the data has clients {sorted(sizes)}")
-        self.graph_refs = {graph.client_id: ray.put(graph) for graph in data.clients}
+        self.graph_refs = {graph.client_id: ray.put(graph.packed()) for graph in data.clients}
         self.clock.mark("ship")
         self.workers = self.lender.lend(self.plan.num_actors, self.plan.shape)
         if len(self.workers) != self.plan.num_actors:   # a shared pool lent fewer: rebalance over them
