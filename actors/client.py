@@ -18,6 +18,7 @@ import ray
 import torch
 
 from fgl_ray.messages import Broadcast, ClientEvaluation, ClientFailure, ClientUpdate
+from fgl_ray.runtime.memory import return_freed_memory
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,8 @@ class ClientActor:
         torch.set_num_threads(threads)
         graphs = [graph.unpacked() for graph in ray.get(list(graph_refs))]
         self.host_ = ClientHost(graphs, config, num_features, num_classes, self.device_)
+        del graphs
+        return_freed_memory()   # the deserialised partitions' intermediates, and the previous run's clients
         self.lease = lease
         return self.placement()
 
@@ -104,6 +107,7 @@ class ClientActor:
         if lease is not None and lease == self.lease:
             self.lease, self.host_ = None, None
             gc.collect()
+            return_freed_memory()   # an idle worker keeps only its imports
 
     def _hosting(self, lease: str):
         if self.host_ is None or lease != self.lease:

@@ -29,6 +29,7 @@ from actors.pool import RayClientPool, WorkerPool
 from fgl_ray.config import ExperimentConfig
 from fgl_ray.data.types import FederatedGraphData
 from fgl_ray.interrupts import interrupt_on_sigterm
+from fgl_ray.runtime.memory import return_freed_memory
 from fgl_ray.runtime.ray_host import RayHost
 from fgl_ray.runtime.resources import ResourcePlan, WorkerShape, plan_resources
 from fgl_ray.runtime.server import RoundResult, ServerRuntime
@@ -113,6 +114,7 @@ class RayBackend:
         if hosted != sorted(sizes):
             raise ValueError(f"the resource plan hosts clients {hosted}, but the data has clients {sorted(sizes)}")
         self.graph_refs = {graph.client_id: ray.put(graph.packed()) for graph in data.clients}
+        return_freed_memory()   # what building and packing the partitions freed
         self.clock.mark("ship")
         self.workers = self.lender.lend(self.plan.num_actors, self.plan.shape)
         if len(self.workers) != self.plan.num_actors:   # a shared pool lent fewer: rebalance over them
