@@ -9,8 +9,8 @@
 baseline, on the default job's embedded synthetic data. ``twitch-s1`` reads
 ``tune_configs/fedia_rho_beta.yaml`` with its ``preset`` axis fixed to twitch-S1 (PMLP-GCN, the
 paper's Figure 11). Prints the total wall time, how many trials ran at once, each trial's start-up
-(launch to the start of round 0: first wave vs trials that borrowed warm workers through Tune's
-``reuse_actors``), and the grid's wall time against its ideal: the summed round time of its trials
+(launch to the start of round 0: first wave vs trials on a trial actor Tune reused, with its
+warm workers, through ``reuse_actors``), and the grid's wall time against its ideal: the summed round time of its trials
 divided by the trials that ran at once. ``--record`` writes the same into ``benchmarks/RESULTS.md``.
 Targets (issue 29): start-up after the first wave under 2 s; wall time within 1.5x of the ideal.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def trial_timings(folder: Path, executed: list[str]) -> pd.DataFrame:
         phases = (record.get("startup") or {}).get("phases", {})
         startup = sum(phases.values()) - phases.get("round_0", 0.0)
         wall = record["ended_at"] - record["started_at"]
-        rows.append({"trial": point_id, "reused": bool(record.get("reused_workers")), "startup_s": startup,
+        rows.append({"trial": point_id, "reused": bool(record.get("reused_actor")), "startup_s": startup,
                      "rounds_s": wall - startup, "started_at": record["started_at"], "ended_at": record["ended_at"]})
     return pd.DataFrame(rows).sort_values("started_at")
 
@@ -75,16 +76,16 @@ def timing_lines(timings: pd.DataFrame, concurrent: int) -> list[str]:
     first, reused = timings[~timings["reused"]], timings[timings["reused"]]
     span = float(timings["ended_at"].max() - timings["started_at"].min())
     ideal = float(timings["rounds_s"].sum()) / max(concurrent, 1)
-    lines = [f"trial start-up, first wave ({len(first)} trials, new workers): "
-             f"median {first['startup_s'].median():.2f} s" if len(first) else "no trial started new workers"]
+    lines = [f"trial start-up, first wave ({len(first)} trials, new trial actors): "
+             f"median {first['startup_s'].median():.2f} s" if len(first) else "no trial started a new trial actor"]
     if len(reused):
         worst = float(reused["startup_s"].max())
         verdict = "met" if worst < STARTUP_TARGET_S else "MISSED"
-        lines.append(f"trial start-up with reused workers ({len(reused)} trials): median "
+        lines.append(f"trial start-up on reused trial actors ({len(reused)} trials): median "
                      f"{reused['startup_s'].median():.2f} s, max {worst:.2f} s (target < {STARTUP_TARGET_S:g} s: "
                      f"{verdict})")
     else:
-        lines.append("no trial reused workers (every trial ran in the first wave): the reuse target is not measured")
+        lines.append("no trial reused a trial actor (every trial ran in the first wave): the reuse target is not measured")
     ratio = span / ideal if ideal > 0 else float("nan")
     verdict = "met" if ratio <= WALL_TARGET else "MISSED"
     lines.append(f"trials' wall time (first start to last end) {span:.1f} s vs ideal {ideal:.1f} s (summed round "
@@ -108,6 +109,8 @@ def main() -> None:
     document, source = (small_document(), None) if args.workload == "small" else (s1_document(), GRID_FILE)
     tag = f"{args.workload}-r{rounds}" + (f"-sub{args.subset}" if args.subset else "")
     out = args.out or REPO / "results" / "benchmarks" / f"tune-fedia-{tag}"
+    if args.out is None and not args.resume and out.exists():
+        shutil.rmtree(out)   # this script's own earlier measurement
     grid = build_grid(document, set_values={"rounds": rounds}, limit=args.subset, output_dir=out, source=source)
     print(f"{grid.name}: {len(grid.trials)} trials + {len(grid.baselines)} baseline, {rounds} rounds -> {out}",
           flush=True)

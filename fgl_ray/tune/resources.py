@@ -7,6 +7,10 @@ A trial is a whole federation. Its placement group holds, in this order:
 * bundles 1.. : one per client worker (``ClientActor``), each exactly the worker's request; the
   workers stay in their bundles while Tune reuses the trial actor for the next trial.
 
+A trial of under two CPUs with ``clients_per_actor: auto`` would start a single worker beside its
+own actor on the same core; its clients run in the trial's actor instead (:func:`clients_in_trial`),
+which is then its only bundle.
+
 :func:`trial_plan` gives the :class:`~fgl_ray.runtime.resources.ResourcePlan` the trial passes to
 the Ray backend, and :func:`trial_bundles` the bundles built from that same plan, so every worker
 the trial starts has a bundle it fits in (a bundle too small for a worker leaves it pending
@@ -97,12 +101,21 @@ def _gpu_share(config: ExperimentConfig, num_actors: int, gpus_per_trial: float)
     return share
 
 
+def clients_in_trial(config: ExperimentConfig, plan: ResourcePlan) -> bool:
+    """Whether the trial's own actor hosts the clients, in-process: a ``local``-backend trial, and
+    a Ray trial whose automatic plan is one CPU worker (a trial of under two CPUs), where a
+    second process would share the trial's core and only add its start-up (4 s here) and memory."""
+    return config.backend == "local" or (config.clients_per_actor == "auto" and plan.num_actors == 1
+                                         and plan.gpus_per_actor == 0)
+
+
 def plan_bundles(config: ExperimentConfig, plan: ResourcePlan, cpus_per_trial: float) -> list[dict[str, float]]:
     """The placement-group bundles for a trial that runs ``plan`` (see the module docstring).
 
-    A ``local``-backend trial runs in-process: one bundle with all of ``cpus_per_trial``.
+    A trial whose clients run in its own actor (:func:`clients_in_trial`) is one bundle with all
+    of ``cpus_per_trial``.
     """
-    if config.backend == "local":
+    if clients_in_trial(config, plan):
         return [{"CPU": float(cpus_per_trial)}]
     client = {"CPU": plan.cpus_per_actor}
     if plan.gpus_per_actor > 0:

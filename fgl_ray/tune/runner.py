@@ -6,7 +6,9 @@ holds a bundle for the trial's actor, which runs the federation's server, and on
 worker of :func:`~fgl_ray.tune.resources.trial_plan`; the workers are started into those bundles
 and the trial hands the same plan to the Ray backend. Tune reuses a trial's actor for the next
 trial with the same bundles (``reuse_actors``): :meth:`FederationTrainable.reset_config` ends
-the federation and starts the next one on the same, warm, workers.
+the federation and starts the next one on the same, warm, workers. A trial of under two CPUs
+(``clients_per_actor: auto``) hosts its clients in its own actor, without workers
+(:func:`~fgl_ray.tune.resources.clients_in_trial`).
 
 ``resume=True`` restores the Tune experiment in ``<grid folder>/tune``: finished trials are kept
 as they are, unfinished ones are run again and errored ones restarted from scratch
@@ -35,7 +37,7 @@ from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE
 from fgl_ray.tune.grid import Grid, GridError, GridPoint, data_key
 from fgl_ray.tune.plots import plot_grid_heatmaps
 from fgl_ray.tune.resources import (DRIVER_CPUS, FIRST_CLIENT_BUNDLE, auto_cpus_per_trial, bundle_totals,
-                                    plan_bundles, trial_plan)
+                                    clients_in_trial, plan_bundles, trial_plan)
 from fgl_ray.tune.tables import (GRID_JSON, RUNS_DIRNAME, TRIAL_RECORD, TUNE_DIRNAME, max_overlap, read_json,
                                  write_json, write_tables)
 
@@ -150,6 +152,7 @@ class FederationTrainable(tune.Trainable):
     def setup(self, config: dict, setup: TrialSetup) -> None:
         self.shared = setup
         self.workers = None        # the client workers in this trial's bundles, made on first use
+        self.trials_begun = 0      # trials this actor ran (Tune reuses it for later ones)
         self.run = None
         self.pending = config      # begun by the first step, so a failure is the trial's own
 
@@ -179,14 +182,19 @@ class FederationTrainable(tune.Trainable):
         self.record: dict[str, Any] = {
             "id": point["id"], "axes": point["axes"], "baseline": point["baseline"], "started_at": time.time(),
             "tune_trial_id": self.trial_id, "tune_trial_dir": Path(self.logdir).name if self.logdir else None,
-            "reused_workers": self.workers is not None}
+            "reused_actor": self.trials_begun > 0, "reused_workers": self.workers is not None}
+        self.trials_begun += 1
         self.reporter = RoundReporter(config, setup.metric)
         plan = lender = None
+        if config.backend == "ray" and not setup.use_pool:
+            sizes = {graph.client_id: int(graph.data.num_nodes) for graph in data.clients}
+            plan = trial_plan(config, sizes, setup.cpus_per_trial, setup.gpus_per_trial, setup.cluster_gpus)
+            _check_group(plan_bundles(config, plan, setup.cpus_per_trial))
+            if clients_in_trial(config, plan):   # this actor hosts the clients: no worker beside it
+                config = config.model_copy(update={"backend": "local", "torch_threads": plan.threads_per_actor})
+                plan = None
+                self.record["clients_in_trial"] = True
         if config.backend == "ray":
-            if not setup.use_pool:
-                sizes = {graph.client_id: int(graph.data.num_nodes) for graph in data.clients}
-                plan = trial_plan(config, sizes, setup.cpus_per_trial, setup.gpus_per_trial, setup.cluster_gpus)
-                _check_group(plan_bundles(config, plan, setup.cpus_per_trial))
             lender = self._lender(plan)
         self.run = FederationRun(config, data, progress=False, resume=resume, lender=lender, plan=plan)
         if plan is not None or config.backend == "ray":

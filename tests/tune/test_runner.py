@@ -235,3 +235,25 @@ def test_later_trials_reuse_warm_workers_and_get_a_fresh_runs_metrics(smoke_run,
         pd.testing.assert_frame_equal(_scores(folder / RUNS_DIRNAME / point.id), _scores(fresh.run_dir),
                                       check_exact=True)
         assert records[point.id]["startup"]["phases"]["workers"] < 1.0     # its workers were up already
+
+
+def test_a_one_cpu_auto_trial_hosts_its_clients_and_gets_a_fresh_runs_metrics(ray_session, tmp_path):
+    """On 2 CPUs with clients_per_actor auto, each trial runs its clients in its own actor (no
+    worker beside it on its core), reused actors included, with the metrics of a fresh run."""
+    from fgl_ray.runtime import run_experiment
+    from fgl_ray.tune.runner import run_grid
+
+    folder = tmp_path / "grid"
+    grid = load_grid(SMOKE, set_values={"clients_per_actor": "auto", "rounds": 2, "last_k": 1}, output_dir=folder)
+    outcome = run_grid(grid, verbose=0, time_budget_s=BUDGET_S)
+    assert sorted(outcome.executed) == sorted(point.id for point in grid.points)
+    records = {point.id: _record(folder, point.id) for point in grid.points}
+    assert all(record.get("clients_in_trial") and "plan" not in record for record in records.values())
+    assert any(record["reused_actor"] for record in records.values())
+    assert all(group == [{"CPU": outcome.cpus_per_trial}] for group in json.loads((folder / "grid.json").read_text())
+               ["bundles"].values())
+    for point in grid.points:
+        fresh = run_experiment(point.config.model_copy(update={"backend": "local", "output_dir": tmp_path / "fresh",
+                                                               "run_name": point.id}), progress=False)
+        pd.testing.assert_frame_equal(_scores(folder / RUNS_DIRNAME / point.id), _scores(fresh.run_dir),
+                                      check_exact=True)

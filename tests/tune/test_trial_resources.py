@@ -8,7 +8,7 @@ import pytest
 
 from fgl_ray.config import load_config
 from fgl_ray.tune.resources import (DRIVER_BUNDLE, DRIVER_CPUS, FIRST_CLIENT_BUNDLE, auto_cpus_per_trial,
-                                    bundle_totals, trial_bundles, trial_plan)
+                                    bundle_totals, clients_in_trial, trial_bundles, trial_plan)
 
 SIZES = {i: size for i, size in enumerate([900, 100, 100, 500, 480, 20, 300, 300, 50, 50, 10, 700])}
 
@@ -20,6 +20,8 @@ def _config(**values):
 def actor_requests(config, sizes, cpus, gpus=0.0):
     """What the trial starts, as Ray requests: its own actor (the server), one per client worker."""
     plan = trial_plan(config, sizes, cpus, gpus)
+    if clients_in_trial(config, plan):
+        return [{"CPU": cpus}]
     clients = [{"CPU": plan.cpus_per_actor, "GPU": plan.gpus_per_actor} for _ in plan.assignment]
     return [{"CPU": DRIVER_CPUS}, *clients]
 
@@ -100,6 +102,21 @@ def test_fixed_gpu_share_must_fit_the_trial():
     assert trial_plan(config, SIZES, 2.0, gpus_per_trial=1.0).gpus_per_actor == 0.5
     with pytest.raises(ValueError, match="gpus_per_trial"):
         trial_plan(config, SIZES, 2.0, gpus_per_trial=0.5)
+
+
+@pytest.mark.parametrize("cpus", [1.0, 1.5, 2.0])
+def test_an_auto_trial_of_under_two_cpus_hosts_its_clients_in_its_own_actor(cpus):
+    config = _config()
+    assert clients_in_trial(config, trial_plan(config, SIZES, cpus)) is (cpus - DRIVER_CPUS < 2)
+    if cpus < 2:
+        assert trial_bundles(config, SIZES, cpus) == [{"CPU": cpus}]
+
+
+def test_a_fixed_worker_count_or_a_gpu_share_keeps_client_workers():
+    for config, gpus in ((_config(clients_per_actor=len(SIZES)), 0.0), (_config(), 1.0)):
+        plan = trial_plan(config, SIZES, 1.0, gpus)
+        assert plan.num_actors == 1 and not clients_in_trial(config, plan)
+        assert len(trial_bundles(config, SIZES, 1.0, gpus)) == 1 + FIRST_CLIENT_BUNDLE
 
 
 def test_local_backend_trial_is_one_bundle():
