@@ -104,14 +104,16 @@ class GroupTopK:
         threshold = torch.repeat_interleave(thresholds, self.sizes)
         above = importance > threshold
         tied = importance == threshold
-        above_before = torch.cumsum(above, 0)       # running counts; a group's own count is a difference
-        tied_before = torch.cumsum(tied, 0)
-        ends = self.starts + self.sizes - 1
-        offset = torch.where(self.starts > 0, tied_before[self.starts - 1], 0)
-        above_in_group = above_before[ends] - torch.where(self.starts > 0, above_before[self.starts - 1], 0)
-        tied_rank = tied_before - torch.repeat_interleave(offset, self.sizes)       # 1-based within a group
+        above_so_far = torch.cumsum(above, 0)       # running counts; a group's own count is a difference
+        tied_so_far = torch.cumsum(tied, 0)
+        above_in_group = above_so_far[self.starts + self.sizes - 1] - self._before_groups(above_so_far)
+        tied_rank = tied_so_far - torch.repeat_interleave(self._before_groups(tied_so_far), self.sizes)  # 1-based
         room = torch.repeat_interleave(self.keep - above_in_group, self.sizes)
         return above | (tied & (tied_rank <= room))
+
+    def _before_groups(self, running: Tensor) -> Tensor:
+        """Per group, a running count's value just before the group's first coordinate."""
+        return torch.where(self.starts > 0, running[self.starts - 1], 0)
 
 
 @AGGREGATORS.register("fedia")
