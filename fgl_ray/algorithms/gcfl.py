@@ -11,13 +11,19 @@ server
    ``max_i ||dW_i|| > eps2`` (yet some clients still move a lot);
 2. bipartitions a splitting cluster by a Stoer–Wagner minimum cut (networkx) of the complete
    graph over its clients weighted by
-   * GCFL: the pairwise cosine similarity of ``dW``, shifted so that the smallest weight is 0
-     (Stoer–Wagner needs non-negative weights; a shift by the smallest value biases the cut
-     least towards single clients, since every cut gains the shift times its edge count);
+   * GCFL: the pairwise cosine similarity of ``dW``, made non-negative as Stoer–Wagner needs:
+     ``cut_weights: shift`` (default) subtracts the smallest off-diagonal similarity, so the
+     least similar pair gets weight 0; ``plus_one`` adds 1 (the authors' code). Every cut gains
+     the added constant times its edge count, so a large constant favours cutting off a single
+     client: ``benchmarks/gcfl_cut.py`` measures how often each recovers planted groups;
    * GCFL+: ``max(D) - D`` over the DTW distances ``D`` (dtaidistance) of the clients' last
-     ``seq_length`` update norms ``||dW_i||``, split only when every client of the cluster has
-     that many; ``standardize`` divides each sequence by its standard deviation first (the
-     paper's Appendix D); after any split every sequence restarts;
+     ``seq_length`` norms, split only when every client of the cluster has that many;
+     ``sequence: gradient_norm`` (default, the authors' ``run_gcflplus``) takes the norm of the
+     shared parameters' gradient at the client's last local step, uploaded as a declared
+     one-number statistic; ``update_norm`` takes ``||dW_i||`` (their ``gcflplus_dWs``), which
+     under Adam hardly depends on the scale of a client's gradients; ``standardize`` divides
+     each sequence by its standard deviation first (the paper's Appendix D); after any split
+     every sequence restarts;
 3. aggregates inside each (new) cluster: ``W_c = W_old + sum_j n_j dW_j / sum_j n_j``, i.e. the
    configured aggregator (``mean`` gives exactly this) over the cluster's updates, from the
    model the cluster's clients trained from. Both halves of a split start from the parent's model.
@@ -33,7 +39,7 @@ the dataset (GCFL's code), else ``0.05, 0.1, 5``.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional, Sequence
+from typing import Literal, Optional, Sequence
 
 import numpy as np
 import torch
@@ -42,6 +48,7 @@ from torch import Tensor
 
 from fgl_ray.algorithms.base import ALGORITHMS, Algorithm
 from fgl_ray.messages import GLOBAL, ClientUpdate, cluster_key
+from fgl_ray.params import shared_parameters
 
 #: (eps1, eps2, seq_length) by dataset, from GCFL's code; other datasets get FALLBACK_CRITERIA.
 DATASET_CRITERIA = {
@@ -49,6 +56,8 @@ DATASET_CRITERIA = {
     "tu-molecules": (0.07, 0.28, 5), "tu-biochem": (0.07, 0.35, 5), "tu-mix": (0.08, 0.4, 5),
 }
 FALLBACK_CRITERIA = (0.05, 0.1, 5)
+#: GCFL+'s uploaded statistic under ``sequence: gradient_norm``.
+GRADIENT_NORM = "gradient_norm"
 
 
 def update_norms(changes: Tensor) -> tuple[float, float]:
@@ -86,9 +95,12 @@ def min_cut_bipartition(weights: np.ndarray, members: Sequence[int]) -> tuple[li
     return (first, second) if first[0] < second[0] else (second, first)
 
 
-def shifted_similarities(changes: Tensor) -> np.ndarray:
-    """GCFL's cut weights: cosine similarities minus their smallest off-diagonal value."""
+def similarity_weights(changes: Tensor, reading: str = "shift") -> np.ndarray:
+    """GCFL's cut weights: the cosine similarities of the rows of ``changes`` minus their smallest
+    off-diagonal value (``shift``), or plus one (``plus_one``, the authors' code)."""
     similarity = cosine_similarities(changes)
+    if reading == "plus_one":
+        return similarity + 1.0
     off_diagonal = similarity[~np.eye(len(similarity), dtype=bool)]
     return similarity - off_diagonal.min()
 
@@ -103,6 +115,9 @@ class GCFL(Algorithm):
         eps1: Optional[float] = Field(None, gt=0.0, description="split when ||mean dW|| < eps1 (default: by dataset)")
         eps2: Optional[float] = Field(None, gt=0.0, description="... and max ||dW|| > eps2 (default: by dataset)")
         warmup_rounds: int = Field(20, ge=0, description="no split before this (0-based) round")
+        cut_weights: Literal["shift", "plus_one"] = Field(
+            "shift", description="min-cut weights: cosine minus its smallest off-diagonal value, or cosine + 1 "
+                                 "(the authors' code)")
 
     def defaults(self) -> tuple[float, float, int]:
         """The dataset's ``(eps1, eps2, seq_length)``."""
@@ -123,7 +138,7 @@ class GCFL(Algorithm):
     def aggregate(self, server, updates: Sequence[ClientUpdate]) -> None:
         """Splits the clusters that meet the criteria, then aggregates inside every cluster."""
         changes = {u.client_id: -self.config.lr * u.update for u in updates}
-        self.observe(changes)
+        self.observe(updates, changes)
         for key, members in list(self.clusters.items()):
             if all(c in changes for c in members) and self.should_split(server.round_index, members, changes):
                 self.split(server, key, self.bipartition(members, changes))
@@ -131,8 +146,8 @@ class GCFL(Algorithm):
         server.assignment = dict(cluster_of)
         server.aggregate_with_aggregator([_with_key(u, cluster_of[u.client_id]) for u in updates])
 
-    def observe(self, changes: dict[int, Tensor]) -> None:
-        """Records what the split rule needs from this round's weight changes (GCFL: nothing)."""
+    def observe(self, updates: Sequence[ClientUpdate], changes: dict[int, Tensor]) -> None:
+        """Records what the split rule needs from this round's updates (GCFL: nothing)."""
 
     def should_split(self, round_index: int, members: list[int], changes: dict[int, Tensor]) -> bool:
         """GCFL's criteria on one cluster whose clients all sent an update."""
@@ -143,8 +158,9 @@ class GCFL(Algorithm):
         return mean_norm < eps1 and max_norm > eps2
 
     def bipartition(self, members: list[int], changes: dict[int, Tensor]) -> tuple[list[int], list[int]]:
-        """The min cut of the shifted cosine similarities of the members' weight changes."""
-        return min_cut_bipartition(shifted_similarities(torch.stack([changes[c] for c in members])), members)
+        """The min cut of the cosine similarities of the members' weight changes (``cut_weights``)."""
+        weights = similarity_weights(torch.stack([changes[c] for c in members]), self.options.cut_weights)
+        return min_cut_bipartition(weights, members)
 
     def split(self, server, key: str, halves: tuple[list[int], list[int]]) -> None:
         """Replaces cluster ``key`` by two new clusters that start from its model."""
@@ -169,7 +185,23 @@ class GCFLPlus(GCFL):
         seq_length: Optional[int] = Field(None, ge=2, description="norms per client needed to split "
                                                                   "(default: by dataset)")
         standardize: bool = Field(False, description="divide each norm sequence by its std before DTW")
+        sequence: Literal["gradient_norm", "update_norm"] = Field(
+            "gradient_norm", description="the DTW sequences: norm of the shared gradient at the last local step "
+                                         "(the authors' GCFL+) or of the round's weight change ||dW||")
 
+    # ------------------------------------------------------------------ client side
+    def upload(self, ctx) -> dict[str, Tensor]:
+        """``gradient_norm``: the norm of the shared parameters' gradient at the last local step."""
+        if self.options.sequence != "gradient_norm":
+            return {}
+        grads = [p.grad.detach().flatten() for p in shared_parameters(ctx.model) if p.grad is not None]
+        norm = torch.cat(grads).norm() if grads else torch.zeros(())
+        return {GRADIENT_NORM: norm.reshape(1)}
+
+    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
+        return {GRADIENT_NORM: (1,)} if self.options.sequence == "gradient_norm" else {}
+
+    # ------------------------------------------------------------------ server side
     def setup_server(self, server) -> None:
         super().setup_server(server)
         self.sequences: dict[int, list[float]] = {c: [] for c in server.client_ids}
@@ -178,9 +210,11 @@ class GCFLPlus(GCFL):
         """``seq_length``: the option, else the dataset's default."""
         return self.options.seq_length or self.defaults()[2]
 
-    def observe(self, changes: dict[int, Tensor]) -> None:
-        for client_id, change in changes.items():
-            self.sequences[client_id].append(float(change.norm()))
+    def observe(self, updates: Sequence[ClientUpdate], changes: dict[int, Tensor]) -> None:
+        for update in updates:
+            norm = (update.stats[GRADIENT_NORM] if self.options.sequence == "gradient_norm"
+                    else changes[update.client_id].norm())
+            self.sequences[update.client_id].append(float(norm))
 
     def should_split(self, round_index: int, members: list[int], changes: dict[int, Tensor]) -> bool:
         return (super().should_split(round_index, members, changes)

@@ -1,11 +1,13 @@
 """GCFL / GCFL+: split criteria, min-cut bipartition, DTW sequences, cluster-wise aggregation."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
-from fgl_ray.algorithms.gcfl import (DATASET_CRITERIA, FALLBACK_CRITERIA, dtw_distances, min_cut_bipartition,
-                                     update_norms)
+from fgl_ray.algorithms.gcfl import (DATASET_CRITERIA, FALLBACK_CRITERIA, GRADIENT_NORM, dtw_distances,
+                                     min_cut_bipartition, similarity_weights, update_norms)
 from fgl_ray.config import load_config
 from fgl_ray.messages import GLOBAL, ClientUpdate
 from fgl_ray.runtime.local_backend import LocalBackend
@@ -121,7 +123,7 @@ def test_dtw_distances_match_a_direct_computation():
 
 
 def test_gcfl_plus_waits_for_full_sequences_and_restarts_them_after_a_split(tmp_path, tiny_graph_data_6):
-    server = _server(tmp_path, tiny_graph_data_6, algorithm="gcfl_plus", seq_length=3)
+    server = _server(tmp_path, tiny_graph_data_6, algorithm="gcfl_plus", seq_length=3, sequence="update_norm")
     algorithm = server.algorithm
     for round_index in (20, 21):
         _aggregate(server, _opposed_updates(server, seed=round_index), round_index)
@@ -137,3 +139,44 @@ def test_dataset_defaults_follow_gcfl_and_options_override_them(tmp_path, tiny_g
     assert server.algorithm.defaults() == FALLBACK_CRITERIA
     assert server.algorithm.criteria() == (0.05, 0.1)
     assert DATASET_CRITERIA["tu-proteins"] == (0.03, 0.06, 10)
+
+
+def test_gcfl_plus_sequences_default_to_the_uploaded_gradient_norms(tmp_path, tiny_graph_data_6):
+    server = _server(tmp_path, tiny_graph_data_6, algorithm="gcfl_plus")
+    updates = [replace(u, stats={GRADIENT_NORM: torch.tensor([float(u.client_id) + 0.5])})
+               for u in _opposed_updates(server)]
+    _aggregate(server, updates, round_index=3)
+    assert server.algorithm.sequences == {c: [c + 0.5] for c in range(6)}
+    assert server.algorithm.declared_stats(2, 8) == {GRADIENT_NORM: (1,)}
+
+
+def _trained_client(tmp_path, data, loss_scale):
+    """Client 0 after one round of Adam from the initial model, its loss multiplied by ``loss_scale``."""
+    config = load_config(dict(dataset="synthetic-graphs", num_clients=6, hidden=8, num_layers=2, rounds=2,
+                              backend="local", torch_threads=1, output_dir=tmp_path, algorithm="gcfl_plus",
+                              optimizer="adam", lr=0.01, local_epochs=3))
+    backend = LocalBackend(config, data)
+    client = backend.host.clients[0]
+    plain = client.algorithm.loss
+    client.algorithm.loss = lambda ctx, batch, logits: loss_scale * plain(ctx, batch, logits)
+    return client.train(backend.server.broadcast(0))
+
+
+def test_under_adam_the_gradient_norm_sees_a_loss_scale_that_the_update_norm_does_not(tmp_path, tiny_graph_data_6):
+    """Why GCFL+ reads gradients: Adam's steps hardly depend on the gradients' scale."""
+    plain, scaled = (_trained_client(tmp_path, tiny_graph_data_6, scale) for scale in (1.0, 10.0))
+    gradient_ratio = float(scaled.stats[GRADIENT_NORM] / plain.stats[GRADIENT_NORM])
+    update_ratio = float(scaled.update.norm() / plain.update.norm())
+    assert gradient_ratio == pytest.approx(10.0, rel=0.05)
+    assert update_ratio == pytest.approx(1.0, rel=0.05)
+
+
+def test_cut_weights_shift_or_add_one_to_the_cosine_similarities():
+    changes = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.2]])
+    cosine = torch.nn.functional.normalize(changes.double(), dim=1)
+    cosine = (cosine @ cosine.T).numpy()
+    np.testing.assert_allclose(similarity_weights(changes, "plus_one"), cosine + 1.0)
+    shifted = similarity_weights(changes, "shift")
+    off_diagonal = shifted[~np.eye(3, dtype=bool)]
+    assert off_diagonal.min() == pytest.approx(0.0) and (off_diagonal >= 0).all()
+    np.testing.assert_allclose(shifted - shifted[0, 1], cosine - cosine[0, 1])
