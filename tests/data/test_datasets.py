@@ -49,7 +49,7 @@ def test_registry_names_domains_and_splits():
     required = {"synthetic", "twitch", "wikinet", "cora", "citeseer", "email-eu-core", "tolokers", "minesweeper"}
     required |= {f"twitch-{language.lower()}" for language in TWITCH_NODES}
     required |= {f"tu-{name}" for name in ("mutag", "proteins", "enzymes", "nci1", "ptc_mr", "imdb-binary",
-                                           "imdb-multi", "cox2", "bzr", "dd")}
+                                           "imdb-multi", "cox2", "bzr", "dd", "dhfr", "aids")}
     assert required <= set(DATASETS.names())
     assert DATASETS.get("twitch").domains == tuple(TWITCH_NODES)
     assert DATASETS.get("twitch-de").domains == ("DE",)

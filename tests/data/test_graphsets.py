@@ -17,7 +17,7 @@ from fgl_ray.data.synthetic import generate_graphs
 SPLIT = (0.8, 0.1, 0.1)
 # From shared/datasets/README.md (graphs / node features / classes).
 PROTEINS_GRAPHS = 1113
-MOLECULE_WIDTHS = {"MUTAG": 7, "BZR": 53, "COX2": 35, "PTC_MR": 18, "NCI1": 37}
+MOLECULE_WIDTHS = {"MUTAG": 7, "BZR": 53, "COX2": 35, "DHFR": 53, "PTC_MR": 18, "AIDS": 38, "NCI1": 37}
 
 
 def _labelled(count, num_classes=2, seed=0):
