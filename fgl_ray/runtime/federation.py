@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from collections import Counter
@@ -32,6 +33,8 @@ from fgl_ray.runtime.records import round_rows, round_timing, startup_rows, timi
 from fgl_ray.runtime.server import RoundResult
 from fgl_ray.runtime.timing import StartupClock
 from fgl_ray.tasks import build_task, pool_stats
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -282,6 +285,12 @@ class FederationRun:
         if self.clock.finished:
             summary["startup"] = self.clock.report()
         summary["round_timing"] = round_timing(metrics)
+        changes = cluster_changes(metrics)
+        if changes:
+            summary["clustering"] = clustering_summary(changes)
+            if not summary["clustering"]["split"]:
+                logger.warning("%s never split its clients into clusters: it ran as one federation (FedAvg with "
+                               "its aggregator); the split criteria (eps1, eps2) may not fit this data", self.run_id)
         write_summary(run_dir, summary)
         plot_learning_curves(metrics, run_dir / "learning_curves.png", metric=self.task.headline)
         data = self.data
@@ -289,7 +298,7 @@ class FederationRun:
             save_class_accuracy(run_dir, config, book.last_test, self.class_counts)
         if config.diagnostics:
             plot_saved_diagnostics(run_dir, metrics, self.domain_of)
-        save_clusters(run_dir, metrics)
+        save_clusters(run_dir, metrics, changes)
         return RunResult(self.run_id, run_dir, summary, self.checkpoint.next_round if self.checkpoint else None)
 
 
@@ -342,18 +351,29 @@ def restore_run(checkpoint: Checkpoint, backend, writer: MetricsWriter, run_dir:
     return checkpoint.driver["book"]
 
 
-def save_clusters(run_dir: Path, metrics) -> Path | None:
-    """For clustered algorithms: ``clusters.json`` (the membership after every round where it
-    changed, round 0 included) and ``clusters.png``; None when the run recorded no clusters."""
+def cluster_changes(metrics) -> list[dict]:
+    """For clustered algorithms, the membership after every round where it changed (round 0
+    included): ``[{"round", "clusters": {cluster: [client ids]}}]``; empty for other runs."""
     table = cluster_table(metrics)
-    if table.empty:
-        return None
     changes, previous = [], None
     for round_index, row in table.iterrows():
         membership = {str(c): sorted(int(k) for k in row.index[row == c]) for c in sorted(set(row))}
         if membership != previous:
             changes.append({"round": int(round_index), "clusters": membership})
             previous = membership
+    return changes
+
+
+def clustering_summary(changes: list[dict]) -> dict:
+    """Whether and when a clustered run split its clients, and into how many clusters it ended."""
+    return {"split": len(changes) > 1, "split_rounds": [c["round"] for c in changes[1:]],
+            "final_clusters": len(changes[-1]["clusters"])}
+
+
+def save_clusters(run_dir: Path, metrics, changes: list[dict]) -> Path | None:
+    """``clusters.json`` (``changes``) and ``clusters.png``; None when the run recorded no clusters."""
+    if not changes:
+        return None
     (run_dir / "clusters.json").write_text(json.dumps(changes, indent=1))
     return plot_cluster_membership(metrics, run_dir / "clusters.png")
 

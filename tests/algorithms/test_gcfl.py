@@ -180,3 +180,22 @@ def test_cut_weights_shift_or_add_one_to_the_cosine_similarities():
     off_diagonal = shifted[~np.eye(3, dtype=bool)]
     assert off_diagonal.min() == pytest.approx(0.0) and (off_diagonal >= 0).all()
     np.testing.assert_allclose(shifted - shifted[0, 1], cosine - cosine[0, 1])
+
+
+@pytest.mark.parametrize("options, splits", [
+    ({}, False),                                                         # the warm-up outlasts the run
+    ({"eps1": 1e9, "eps2": 1e-9, "warmup_rounds": 1}, True),            # criteria every cluster meets
+])
+def test_a_run_says_whether_and_when_it_split(tmp_path, tiny_graph_data_6, caplog, options, splits):
+    from fgl_ray.runtime import run_experiment
+
+    config = load_config(dict(dataset="synthetic-graphs", num_clients=6, hidden=8, num_layers=2, rounds=4,
+                              backend="local", torch_threads=1, output_dir=tmp_path, algorithm="gcfl",
+                              algorithm_options=options))
+    with caplog.at_level("WARNING", logger="fgl_ray.runtime.federation"):
+        summary = run_experiment(config, tiny_graph_data_6, progress=False).summary
+    clustering = summary["clustering"]
+    assert clustering["split"] is splits
+    assert bool(clustering["split_rounds"]) is splits and all(1 <= r < 4 for r in clustering["split_rounds"])
+    assert (clustering["final_clusters"] > 1) is splits
+    assert ("never split" in caplog.text) is not splits
