@@ -419,7 +419,8 @@ def _check_graph_partition(config: ExperimentConfig, spec) -> None:
     if spec.task != "graph":
         raise ValueError(f"partition {config.partition!r} cuts graph-classification sets; {config.dataset!r} is a "
                          "node dataset (use louvain, random, label-dirichlet, domain or a preset)")
-    if config.partition == "datasets" and config.model_options.get("share") == "all" and len(spec.domains) > 1:
+    if (config.partition == "datasets" and config.model_options.get("share") == "all" and len(spec.domains) > 1
+            and not spec.shared_features):
         raise ValueError(f"model_options share: all shares every layer, but the clients of {config.dataset!r} differ "
                          "in feature width and label set; keep the default share: convs")
     valid = ("chunks", "datasets") if len(spec.domains) == 1 else ("datasets",)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from torch_geometric.data import Data
 
-from fgl_ray.data.datasets import (DATASETS, SYNTHETIC, SYNTHETIC_GRAPHS, SYNTHETIC_MM, available_offline, dataset_spec,
-                                   load_spec)
+from fgl_ray.data.datasets import (DATASETS, PLANTED_GRAPHS, SYNTHETIC, SYNTHETIC_GRAPHS, SYNTHETIC_MM,
+                                   available_offline, dataset_spec, load_spec)
 from fgl_ray.data.features import align_features, shared_svd_features
 from fgl_ray.data.graphsets import graph_federation
 from fgl_ray.data.missing import apply_missing
@@ -17,7 +17,8 @@ from fgl_ray.data.longtail import apply_imbalance, global_class_counts
 from fgl_ray.data.partition import (PARTITIONERS, PRESETS, PartitionError, PartitionParams, build_clients, client_nodes,
                                    union_graph)
 from fgl_ray.data.storage import resolve_cache_dir
-from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains, generate_graphs
+from fgl_ray.data.synthetic import (SyntheticOptions, domain_names, generate_domains, generate_graphs,
+                                    generate_planted_groups)
 from fgl_ray.data.types import DatasetUnavailable, DomainGraph, FederatedGraphData, default_data_dir
 
 if TYPE_CHECKING:
@@ -142,6 +143,8 @@ def load_graph_dataset(name: str, root: Path, cache_dir: Path | None = None,
         raise ValueError(f"dataset {name!r} is a node-classification set; graph datasets: {graph_sets}")
     if name == SYNTHETIC_GRAPHS:
         return {SYNTHETIC_GRAPHS: generate_graphs(data_seed)}
+    if name == PLANTED_GRAPHS:
+        return generate_planted_groups(data_seed)
     return load_spec(spec, Path(root), cache_dir or resolve_cache_dir())
 
 

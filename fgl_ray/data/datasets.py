@@ -37,7 +37,8 @@ from fgl_ray.data.embeddings import netmf_embedding, structural_features
 from fgl_ray.data.graphsets import one_hot_degree
 from fgl_ray.data.multimodal import MODALITIES, MultimodalOptions, generate_multimodal, pack, two_view
 from fgl_ray.data.storage import writable_root
-from fgl_ray.data.synthetic import SyntheticOptions, domain_names, generate_domains, generate_graphs
+from fgl_ray.data.synthetic import (SyntheticOptions, domain_names, generate_domains, generate_graphs,
+                                    generate_planted_groups)
 from fgl_ray.data.types import DatasetSpec, DatasetUnavailable, DomainGraph
 from fgl_ray.registry import Registry, UnknownNameError
 
@@ -50,6 +51,8 @@ MULTIMODAL_ROOT = "MultimodalGraph"
 MULTIMODAL_FILES = ("nodes.csv", "edges.csv", "visual.npy", "text.npy")
 STRUCTURE_VIEW = 128
 SYNTHETIC_GRAPHS = "synthetic-graphs"
+PLANTED_GRAPHS = "synthetic-graphs-planted"
+PLANTED_CLIENTS = ("a0", "a1", "a2", "b0", "b1", "b2")
 COLLAB_ZIP = "TUDataset/_original/COLLAB.zip"
 GRAPH_SPLIT = (0.8, 0.1, 0.1)
 TU_SETS = ("MUTAG", "PROTEINS", "ENZYMES", "NCI1", "PTC_MR", "IMDB-BINARY", "IMDB-MULTI", "COX2", "BZR", "DD",
@@ -303,6 +306,11 @@ def _load_synthetic_graphs(root: Path | None, cache_dir: Path | None) -> dict[st
     return {SYNTHETIC_GRAPHS: generate_graphs(seed=0)}
 
 
+def _load_planted_graphs(root: Path | None, cache_dir: Path | None) -> dict[str, list[Data]]:
+    """The planted groups with seed 0 (the data builder passes the config's seed)."""
+    return generate_planted_groups(seed=0)
+
+
 # ---------------------------------------------------------------------------- registry
 def _add(spec: DatasetSpec) -> None:
     DATASETS.register(spec.name)(spec)
@@ -371,6 +379,11 @@ _add(DatasetSpec(
     SYNTHETIC_GRAPHS, "graph", (SYNTHETIC_GRAPHS,), GRAPH_SPLIT, _load_synthetic_graphs, needs_files=False,
     description="generated graph-classification set (3 classes of random graphs); needs no files",
 ))
+_add(DatasetSpec(
+    PLANTED_GRAPHS, "graph", PLANTED_CLIENTS, GRAPH_SPLIT, _load_planted_graphs, needs_files=False,
+    description="two planted groups of 3 clients whose graph labels follow different rules (clustered FL's "
+                "premise); share every layer: --model-options '{share: all}'",
+))
 for _key in TU_SETS:
     _add(DatasetSpec(
         f"tu-{_key.lower()}", "graph", (_key,), GRAPH_SPLIT, partial(_load_tu, (_key,)), files=_tu_files(_key),
@@ -379,7 +392,7 @@ for _key in TU_SETS:
     ))
 for _group, _members in TU_GROUPS.items():
     _add(DatasetSpec(
-        f"tu-{_group}", "graph", _members, GRAPH_SPLIT, partial(_load_tu, _members),
+        f"tu-{_group}", "graph", _members, GRAPH_SPLIT, partial(_load_tu, _members), shared_features=False,
         files=tuple(f for member in _members for f in _tu_files(member)),
         description=f"GCFL's {_group.upper()} group, one client per dataset: {', '.join(_members)}",
     ))

@@ -149,3 +149,23 @@ def generate_graphs(seed: int, num_graphs: int = 240, num_classes: int = 3, node
         graphs.append(Data(x=one_hot_degree(edge_index, size, degree_cap), edge_index=edge_index,
                            y=torch.tensor([label]), num_nodes=size))
     return graphs
+
+
+def generate_planted_groups(seed: int, clients_per_group: int = 3, graphs_per_client: int = 48,
+                            num_classes: int = 3) -> dict[str, list[Data]]:
+    """Two planted groups of clients whose labels follow different rules (GCFL's premise).
+
+    Every client holds its own :func:`generate_graphs` draw; in group ``a`` a graph's class is
+    its density class, in group ``b`` the next one (``(c + 1) mod C``). With every layer shared
+    (``model_options: {share: all}``) one model cannot fit both rules, while the clients of a
+    group agree: clustered FL should find the groups. Keys ``a0, a1, .., b0, ..``, one client each.
+    """
+    groups = {}
+    for group, shift in (("a", 0), ("b", 1)):
+        for index in range(clients_per_group):
+            draw = seed * 1000 + (0 if group == "a" else 500) + index
+            graphs = generate_graphs(draw, num_graphs=graphs_per_client, num_classes=num_classes)
+            for graph in graphs:
+                graph.y = (graph.y + shift) % num_classes
+            groups[f"{group}{index}"] = graphs
+    return groups

@@ -199,3 +199,34 @@ def test_a_run_says_whether_and_when_it_split(tmp_path, tiny_graph_data_6, caplo
     assert bool(clustering["split_rounds"]) is splits and all(1 <= r < 4 for r in clustering["split_rounds"])
     assert (clustering["final_clusters"] > 1) is splits
     assert ("never split" in caplog.text) is not splits
+
+
+@pytest.fixture(scope="module")
+def planted_runs(tmp_path_factory):
+    """Self-training, FedAvg, GCFL and GCFL+ on two planted groups whose label rules differ."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from gcfl_planted import METHODS, planted_config
+
+    from fgl_ray.data import build_federated_data
+    from fgl_ray.runtime import run_experiment
+
+    folder = tmp_path_factory.mktemp("planted")
+    data = build_federated_data(planted_config(100, 0, folder, "local"))
+    return {m: run_experiment(planted_config(100, 0, folder, m), data, progress=False) for m in METHODS}
+
+
+@pytest.mark.parametrize("method", ["gcfl", "gcfl_plus"])
+def test_on_planted_groups_clustered_fl_splits_along_them_and_beats_fedavg_and_local(planted_runs, method):
+    import json
+
+    from gcfl_planted import within_groups
+
+    result = planted_runs[method]
+    final = list(json.loads((result.run_dir / "clusters.json").read_text())[-1]["clusters"].values())
+    assert result.summary["clustering"]["split"] and within_groups(final)
+    score = {m: r.summary["avg_over_clients"]["accuracy"]["mean"] for m, r in planted_runs.items()}
+    assert score["fedavg"] < score["local"]                   # one model cannot fit both rules
+    assert score[method] > score["local"] + 0.05 and score[method] > score["fedavg"] + 0.2

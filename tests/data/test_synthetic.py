@@ -104,3 +104,16 @@ def test_learnable_and_pooling_clients_beats_local_training(seed):
     majority = sum((y == np.bincount(fit_y).argmax()).sum() for (_, fit_y), (_, y) in zip(train, test)) / total
     assert local_accuracy > majority + 0.1
     assert pooled_accuracy > local_accuracy
+
+
+def test_planted_groups_label_the_same_generator_by_two_rules():
+    from fgl_ray.data.synthetic import generate_graphs, generate_planted_groups
+
+    groups = generate_planted_groups(seed=0, clients_per_group=2, graphs_per_client=12, num_classes=3)
+    assert list(groups) == ["a0", "a1", "b0", "b1"]
+    for name, graphs in groups.items():
+        shift = 0 if name.startswith("a") else 1
+        assert [int(g.y) for g in graphs] == [(i % 3 + shift) % 3 for i in range(12)]
+    assert not torch.equal(groups["a0"][0].edge_index, groups["a1"][0].edge_index)   # each client its own draw
+    plain = generate_graphs(0, num_graphs=12, num_classes=3)                          # the generator is untouched
+    assert [int(g.y) for g in plain] == [i % 3 for i in range(12)]
