@@ -8,7 +8,12 @@ server
 1. tests every cluster that has more than two clients, from round ``warmup_rounds`` on (0-based;
    GCFL's ``c_round > 20`` with 1-based rounds): it splits when ``||mean_i dW_i|| < eps1`` (the
    unweighted mean: the cluster is near a stationary point of its joint objective) and
-   ``max_i ||dW_i|| > eps2`` (yet some clients still move a lot);
+   ``max_i ||dW_i|| > eps2`` (yet some clients still move a lot). The authors' absolute ``eps``
+   fit their datasets only (elsewhere they may never hold, or hold inside clusters whose clients
+   agree); ``criteria: relative`` (the default where the dataset has no authors' values and no
+   ``eps`` is given) asks instead ``||mean_i dW_i|| < rel_mean * mean_i ||dW_i||`` (the members'
+   changes cancel) and ``max_i ||dW_i|| > rel_max`` times the median over the warm-up rounds of
+   the largest ``||dW_i||`` (they still move as in the warm-up);
 2. bipartitions a splitting cluster by a Stoer–Wagner minimum cut (networkx) of the complete
    graph over its clients weighted by
    * GCFL: the pairwise cosine similarity of ``dW``, made non-negative as Stoer–Wagner needs:
@@ -115,6 +120,14 @@ class GCFL(Algorithm):
         eps1: Optional[float] = Field(None, gt=0.0, description="split when ||mean dW|| < eps1 (default: by dataset)")
         eps2: Optional[float] = Field(None, gt=0.0, description="... and max ||dW|| > eps2 (default: by dataset)")
         warmup_rounds: int = Field(20, ge=0, description="no split before this (0-based) round")
+        criteria: Literal["auto", "absolute", "relative"] = Field(
+            "auto", description="absolute: eps1/eps2 (the authors'); relative: rel_mean/rel_max, which scale with "
+                                "the data; auto: absolute when eps1/eps2 are set or the dataset has the authors' "
+                                "values, else relative")
+        rel_mean: float = Field(0.5, gt=0.0, lt=1.0, description="relative: split when ||mean dW|| < rel_mean * "
+                                                                 "the members' mean ||dW_i|| (their changes cancel)")
+        rel_max: float = Field(0.5, ge=0.0, description="... and max ||dW_i|| > rel_max * the median over the "
+                                                        "warm-up rounds of the largest ||dW_i|| (they still move)")
         cut_weights: Literal["shift", "plus_one"] = Field(
             "shift", description="min-cut weights: cosine minus its smallest off-diagonal value, or cosine + 1 "
                                  "(the authors' code)")
@@ -128,16 +141,27 @@ class GCFL(Algorithm):
         eps1, eps2, _ = self.defaults()
         return self.options.eps1 or eps1, self.options.eps2 or eps2
 
+    @property
+    def relative(self) -> bool:
+        """Whether the split criteria scale with the data (see ``criteria``)."""
+        if self.options.criteria != "auto":
+            return self.options.criteria == "relative"
+        return (self.options.eps1 is None and self.options.eps2 is None
+                and self.config.dataset not in DATASET_CRITERIA)
+
     # ------------------------------------------------------------------ server side
     def setup_server(self, server) -> None:
         """One cluster of every client, on the initial global model."""
         self.clusters: dict[str, list[int]] = {GLOBAL: list(server.client_ids)}
         self.next_cluster = 1
         self.splits: list[dict] = []
+        self.warmup_norms: list[float] = []   # the largest ||dW_i|| of each warm-up round (relative criteria)
 
     def aggregate(self, server, updates: Sequence[ClientUpdate]) -> None:
         """Splits the clusters that meet the criteria, then aggregates inside every cluster."""
         changes = {u.client_id: -self.config.lr * u.update for u in updates}
+        if server.round_index < self.options.warmup_rounds and changes:
+            self.warmup_norms.append(update_norms(torch.stack(list(changes.values())))[1])
         self.observe(updates, changes)
         for key, members in list(self.clusters.items()):
             if all(c in changes for c in members) and self.should_split(server.round_index, members, changes):
@@ -151,10 +175,15 @@ class GCFL(Algorithm):
 
     def should_split(self, round_index: int, members: list[int], changes: dict[int, Tensor]) -> bool:
         """GCFL's criteria on one cluster whose clients all sent an update."""
-        eps1, eps2 = self.criteria()
         if round_index < self.options.warmup_rounds or len(members) <= 2:
             return False
-        mean_norm, max_norm = update_norms(torch.stack([changes[c] for c in members]))
+        stacked = torch.stack([changes[c] for c in members])
+        mean_norm, max_norm = update_norms(stacked)
+        if self.relative:
+            moving = float(np.median(self.warmup_norms)) if self.warmup_norms else 0.0
+            return (mean_norm < self.options.rel_mean * float(stacked.norm(dim=1).mean())
+                    and max_norm > self.options.rel_max * moving)
+        eps1, eps2 = self.criteria()
         return mean_norm < eps1 and max_norm > eps2
 
     def bipartition(self, members: list[int], changes: dict[int, Tensor]) -> tuple[list[int], list[int]]:

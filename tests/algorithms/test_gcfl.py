@@ -208,14 +208,15 @@ def planted_runs(tmp_path_factory):
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from gcfl_planted import METHODS, planted_config
+    from gcfl_planted import planted_config
 
     from fgl_ray.data import build_federated_data
     from fgl_ray.runtime import run_experiment
 
     folder = tmp_path_factory.mktemp("planted")
     data = build_federated_data(planted_config(100, 0, folder, "local"))
-    return {m: run_experiment(planted_config(100, 0, folder, m), data, progress=False) for m in METHODS}
+    return {m: run_experiment(planted_config(100, 0, folder, m), data, progress=False)
+            for m in ("local", "fedavg", "gcfl", "gcfl_plus")}              # GCFL with its default criteria
 
 
 @pytest.mark.parametrize("method", ["gcfl", "gcfl_plus"])
@@ -230,3 +231,35 @@ def test_on_planted_groups_clustered_fl_splits_along_them_and_beats_fedavg_and_l
     score = {m: r.summary["avg_over_clients"]["accuracy"]["mean"] for m, r in planted_runs.items()}
     assert score["fedavg"] < score["local"]                   # one model cannot fit both rules
     assert score[method] > score["local"] + 0.05 and score[method] > score["fedavg"] + 0.2
+
+
+def _relative_server(tmp_path, data, **options):
+    config = load_config(dict(dataset="synthetic-graphs", num_clients=6, hidden=8, num_layers=2, rounds=30,
+                              backend="local", torch_threads=1, output_dir=tmp_path, algorithm="gcfl", lr=LR,
+                              algorithm_options={"warmup_rounds": 2} | options))
+    return LocalBackend(config, data).server
+
+
+@pytest.mark.parametrize("groups, scale, splits", [
+    ((GROUP_A, GROUP_B), 1.0, True),          # opposed groups that still move as in the warm-up
+    ((GROUP_A + GROUP_B, []), 1.0, False),    # every client agrees: the mean change does not cancel
+    ((GROUP_A, GROUP_B), 0.1, False),         # opposed, but barely moving any more
+])
+def test_relative_criteria_split_opposed_groups_that_still_move(tmp_path, tiny_graph_data_6, groups, scale, splits):
+    server = _relative_server(tmp_path, tiny_graph_data_6)
+    assert server.algorithm.relative                        # no eps given, no authors' values for this dataset
+    for round_index in (0, 1):                              # warm-up: the clients move by about 1
+        _aggregate(server, _opposed_updates(server, seed=round_index), round_index)
+    assert len(server.algorithm.warmup_norms) == 2
+    _aggregate(server, _opposed_updates(server, groups=groups, scale=scale, seed=2), 2)
+    clusters = sorted(server.algorithm.clusters.values())
+    assert clusters == ([GROUP_A, GROUP_B] if splits else [list(range(6))])
+
+
+def test_auto_criteria_keep_the_authors_values_where_they_exist(tmp_path, tiny_graph_data_6):
+    assert not _relative_server(tmp_path, tiny_graph_data_6, eps1=0.05).algorithm.relative
+    assert _relative_server(tmp_path, tiny_graph_data_6, criteria="relative", eps1=0.05).algorithm.relative
+    proteins = load_config(dict(dataset="tu-proteins", algorithm="gcfl"))
+    from fgl_ray.algorithms.base import build_algorithm
+
+    assert not build_algorithm("gcfl", {}, proteins).relative
