@@ -423,11 +423,12 @@ def _check_graph_partition(config: ExperimentConfig, spec) -> None:
             and not spec.shared_features):
         raise ValueError(f"model_options share: all shares every layer, but the clients of {config.dataset!r} differ "
                          "in feature width and label set; keep the default share: convs")
-    valid = ("chunks", "datasets") if len(spec.domains) == 1 else ("datasets",)
+    valid = ("chunks", "chunks_ordered", "datasets") if len(spec.domains) == 1 else ("datasets",)
     if config.partition not in valid:
         raise ValueError(f"partition {config.partition!r} does not fit the graph dataset {config.dataset!r}; "
                          f"valid partitions: {', '.join(valid)} (chunks: shuffle one dataset and cut it into "
-                         "num_clients parts; datasets: one client per dataset of a group)")
+                         "num_clients parts; chunks_ordered: GCFL's file-order blocks of 50, the rest at random; "
+                         "datasets: one client per dataset of a group)")
 
 
 def _check_task(config: ExperimentConfig, spec) -> None:

@@ -31,7 +31,9 @@ from fgl_ray.data.splits import client_generator, split_masks
 from fgl_ray.data.types import ClientGraph, FederatedGraphData, GraphSet
 
 DEGREE_CAP = 135
-GRAPH_PARTITIONS = ("chunks", "datasets")
+GRAPH_PARTITIONS = ("chunks", "chunks_ordered", "datasets")
+#: ``chunks_ordered``: the size of each client's file-order block (GCFL's ``_randChunk``).
+ORDERED_CHUNK = 50
 
 
 def one_hot_degree(edge_index: Tensor, num_nodes: int, cap: int = DEGREE_CAP) -> Tensor:
@@ -79,6 +81,32 @@ def chunk_clients(name: str, graphs: Sequence[Data], num_clients: int, split: tu
             for client_id, chunk in enumerate(chunks)]
 
 
+def ordered_chunks(num_graphs: int, num_clients: int, seed: int) -> list[list[int]]:
+    """GCFL's chunking (its ``_randChunk`` without overlap): client ``i`` takes graphs
+    ``[m i, m (i + 1))`` in file order, ``m = min(50, n // K)``, and every remaining graph goes to
+    a client drawn uniformly at random (seeded). TU files are often sorted by class, so the blocks
+    are label-skewed: this is the authors' protocol, not a shuffle."""
+    size = min(ORDERED_CHUNK, num_graphs // num_clients)
+    chunks = [list(range(i * size, (i + 1) * size)) for i in range(num_clients)]
+    owners = np.random.default_rng(seed).integers(0, num_clients, size=num_graphs - num_clients * size)
+    for index, owner in zip(range(num_clients * size, num_graphs), owners):
+        chunks[int(owner)].append(index)
+    return chunks
+
+
+def ordered_chunk_clients(name: str, graphs: Sequence[Data], num_clients: int, split: tuple[float, float, float],
+                          split_mode: str, seed: int, limit: int | None = None) -> list[ClientGraph]:
+    """One dataset cut by :func:`ordered_chunks` (the first ``limit`` graphs in file order when given)."""
+    graphs = list(graphs)[:limit]
+    if num_clients > len(graphs):
+        raise PartitionError(f"{name} has {len(graphs)} graphs, fewer than num_clients={num_clients}; "
+                             "lower --num-clients")
+    num_classes = int(torch.cat([g.y for g in graphs]).max()) + 1
+    return [ClientGraph(client_id, name, graph_set([graphs[i] for i in chunk], client_id, split, split_mode, seed,
+                                                   num_classes))
+            for client_id, chunk in enumerate(ordered_chunks(len(graphs), num_clients, seed))]
+
+
 def dataset_clients(named: Mapping[str, Sequence[Data]], split: tuple[float, float, float], split_mode: str,
                     seed: int, limit: int | None = None) -> list[ClientGraph]:
     """One client per dataset of a group, in the group's order; each keeps its own width and labels."""
@@ -94,12 +122,13 @@ def graph_federation(named: Mapping[str, Sequence[Data]], partition: str, num_cl
     ``num_features`` / ``num_classes`` are the largest over clients (the server's model only
     holds the shared layers, whose shapes do not depend on them; statistics use the label width).
     """
-    if partition == "chunks":
+    if partition in ("chunks", "chunks_ordered"):
         if len(named) != 1:
-            raise PartitionError(f"partition 'chunks' cuts one dataset, got a group of {len(named)}; "
+            raise PartitionError(f"partition {partition!r} cuts one dataset, got a group of {len(named)}; "
                                       "use partition 'datasets'")
         (name, graphs), = named.items()
-        clients = chunk_clients(name, compact_graphs(graphs), num_clients, split, split_mode, seed, limit)
+        cut = chunk_clients if partition == "chunks" else ordered_chunk_clients
+        clients = cut(name, compact_graphs(graphs), num_clients, split, split_mode, seed, limit)
     elif partition == "datasets":
         clients = dataset_clients({n: compact_graphs(g) for n, g in named.items()}, split, split_mode, seed, limit)
     else:

@@ -156,3 +156,29 @@ def test_imdb_gets_one_hot_degree_features(shared_datasets):
     data = build_federated_data(_config({"dataset": "tu-imdb-binary", "num_clients": 10}, shared_datasets))
     graph = data.clients[0].data.graphs[0]
     assert graph.x.shape[1] == 136 and torch.equal(graph.x.sum(1), torch.ones(graph.num_nodes))
+
+
+def test_ordered_chunks_give_each_client_its_file_order_block_and_spread_the_rest():
+    from fgl_ray.data.graphsets import ordered_chunks
+
+    for num_graphs, num_clients in ((1113, 10), (230, 10), (188, 3)):
+        chunks = ordered_chunks(num_graphs, num_clients, seed=0)
+        size = min(50, num_graphs // num_clients)
+        assert sorted(i for chunk in chunks for i in chunk) == list(range(num_graphs))   # each graph once
+        for client, chunk in enumerate(chunks):
+            assert chunk[:size] == list(range(client * size, (client + 1) * size))
+        rest = [len(chunk) - size for chunk in chunks]
+        assert sum(rest) == num_graphs - num_clients * size
+    assert ordered_chunks(1113, 10, seed=0) == ordered_chunks(1113, 10, seed=0)
+    assert ordered_chunks(1113, 10, seed=0) != ordered_chunks(1113, 10, seed=1)
+
+
+def test_chunks_ordered_builds_a_federation_in_file_order():
+    from fgl_ray.data.graphsets import graph_federation
+
+    graphs = [Data(x=torch.ones(i % 7 + 2, 3), edge_index=torch.zeros(2, 0, dtype=torch.long),
+                   y=torch.tensor([i * 2 // 120])) for i in range(120)]          # sorted by class, as TU files are
+    data = graph_federation({"sorted": graphs}, "chunks_ordered", 4, (0.8, 0.1, 0.1), "random", seed=0)
+    first = data.clients[0].data
+    assert first.num_graphs >= 30 and int(first.y[:30].sum()) == 0                 # a block of class 0 only
+    assert sum(c.data.num_graphs for c in data.clients) == 120
