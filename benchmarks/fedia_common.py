@@ -264,6 +264,14 @@ def replace_section(name: str, body: str, results: Path | None = None) -> None:
     results.write_text(text)
 
 
+def record_output(name: str, lines: Sequence[str], env: str = "") -> None:
+    """Writes a benchmark's printed ``lines`` as section ``name`` of ``RESULTS``, under the command
+    that produced them: this script with this process's arguments but ``--record``, after ``env``."""
+    arguments = [a for a in sys.argv[1:] if a != "--record"]
+    command = env + shlex.join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *arguments])
+    replace_section(name, f"Command: `{command}`\n\n```\n" + "\n".join(lines) + "\n```\n")
+
+
 def section_name(section: str, args) -> str:
     lr = "" if args.lr is None else f"-lr{args.lr:g}"
     return f"{section}-{args.optimizer_state}-{args.features}{lr}-seeds{args.seeds}"

@@ -66,11 +66,9 @@ def main() -> None:
             f"{recovered[r]:>17d} {single[r]:>15d}" for r in READINGS))
     print("\n".join(lines))
     if args.record:
-        from fedia_common import replace_section
+        from fedia_common import record_output
 
-        command = "python benchmarks/gcfl_cut.py" + (f" --trials {args.trials}" if args.trials != 200 else "") + (
-            f" --dims {args.dims}" if args.dims != 10_000 else "")
-        replace_section("gcfl-cut-weights", f"Command: `{command}`\n\n```\n" + "\n".join(lines) + "\n```\n")
+        record_output("gcfl-cut-weights", lines)
 
 
 if __name__ == "__main__":

@@ -75,11 +75,9 @@ def main() -> None:
     lines.append(f"mean over {args.seeds} seeds: {means}")
     print(lines[-1])
     if args.record:
-        from fedia_common import replace_section
+        from fedia_common import record_output
 
-        command = "python benchmarks/gcfl_planted.py" + (f" --rounds {args.rounds}" if args.rounds != 100 else "") + (
-            f" --seeds {args.seeds}" if args.seeds != 3 else "")
-        replace_section("gcfl-planted", f"Command: `{command}`\n\n```\n" + "\n".join(lines) + "\n```\n")
+        record_output("gcfl-planted", lines)
 
 
 if __name__ == "__main__":

@@ -140,11 +140,9 @@ def main() -> None:
             for line in verdicts(name, found["local"], found["ray"]):
                 say(line)
     if args.record:
-        from fedia_common import replace_section
+        from fedia_common import record_output
 
-        command = "FGL_DATA_DIR=../shared/datasets python benchmarks/ray_overhead.py" + (
-            f" --rounds {args.rounds}" if args.rounds != 20 else "")
-        replace_section("ray_overhead", f"Command: `{command}`\n\n```\n" + "\n".join(lines) + "\n```\n")
+        record_output("ray_overhead", lines, env="FGL_DATA_DIR=../shared/datasets ")
 
 
 if __name__ == "__main__":

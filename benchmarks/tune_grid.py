@@ -130,13 +130,10 @@ def main() -> None:
     if outcome.errored:
         print(f"failed trials: {', '.join(outcome.errored)} (rerun with --resume)", file=sys.stderr)
     if args.record:
-        from fedia_common import replace_section
+        from fedia_common import record_output
 
-        data = "" if args.workload == "small" else "FGL_DATA_DIR=../shared/datasets "
-        command = f"{data}python benchmarks/tune_grid.py --workload {args.workload}" + (
-            f" --rounds {args.rounds}" if args.rounds else "") + (f" --subset {args.subset}" if args.subset else "")
-        body = f"Command: `{command}`\n\n```\n" + "\n".join(lines) + "\n" + table + "\n```\n"
-        replace_section("tune_grid" if args.workload == "twitch-s1" else "tune_grid_small", body)
+        record_output("tune_grid" if args.workload == "twitch-s1" else "tune_grid_small", [*lines, table],
+                      env="" if args.workload == "small" else "FGL_DATA_DIR=../shared/datasets ")
 
 
 if __name__ == "__main__":
