@@ -38,7 +38,7 @@ from fgl_ray.data.graphsets import one_hot_degree
 from fgl_ray.data.multimodal import MODALITIES, MultimodalOptions, generate_multimodal, pack, two_view
 from fgl_ray.data.storage import writable_root
 from fgl_ray.data.synthetic import (SyntheticOptions, domain_names, generate_domains, generate_graphs,
-                                    generate_planted_groups)
+                                    generate_planted_groups, planted_clients)
 from fgl_ray.data.types import DatasetSpec, DatasetUnavailable, DomainGraph
 from fgl_ray.registry import Registry, UnknownNameError
 
@@ -52,7 +52,6 @@ MULTIMODAL_FILES = ("nodes.csv", "edges.csv", "visual.npy", "text.npy")
 STRUCTURE_VIEW = 128
 SYNTHETIC_GRAPHS = "synthetic-graphs"
 PLANTED_GRAPHS = "synthetic-graphs-planted"
-PLANTED_CLIENTS = ("a0", "a1", "a2", "b0", "b1", "b2")
 COLLAB_ZIP = "TUDataset/_original/COLLAB.zip"
 GRAPH_SPLIT = (0.8, 0.1, 0.1)
 TU_SETS = ("MUTAG", "PROTEINS", "ENZYMES", "NCI1", "PTC_MR", "IMDB-BINARY", "IMDB-MULTI", "COX2", "BZR", "DD",
@@ -380,7 +379,7 @@ _add(DatasetSpec(
     description="generated graph-classification set (3 classes of random graphs); needs no files",
 ))
 _add(DatasetSpec(
-    PLANTED_GRAPHS, "graph", PLANTED_CLIENTS, GRAPH_SPLIT, _load_planted_graphs, needs_files=False,
+    PLANTED_GRAPHS, "graph", planted_clients(), GRAPH_SPLIT, _load_planted_graphs, needs_files=False,
     description="two planted groups of 3 clients whose graph labels follow different rules (clustered FL's "
                 "premise); share every layer: --model-options '{share: all}'",
 ))

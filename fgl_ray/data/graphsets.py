@@ -67,20 +67,6 @@ def graph_set(graphs: Sequence[Data], client_id: int, split: tuple[float, float,
     return GraphSet(list(graphs), y, train, val, test, num_features=graphs[0].num_features, num_classes=classes)
 
 
-def chunk_clients(name: str, graphs: Sequence[Data], num_clients: int, split: tuple[float, float, float],
-                  split_mode: str, seed: int, limit: int | None = None) -> list[ClientGraph]:
-    """One dataset shuffled and cut into ``num_clients`` chunks (sizes differ by at most one)."""
-    ordered = shuffled(graphs, seed, limit)
-    if num_clients > len(ordered):
-        raise PartitionError(f"{name} has {len(ordered)} graphs, fewer than num_clients={num_clients}; "
-                                  "lower --num-clients")
-    num_classes = int(torch.cat([g.y for g in ordered]).max()) + 1
-    chunks = np.array_split(np.arange(len(ordered)), num_clients)
-    return [ClientGraph(client_id, name, graph_set([ordered[int(i)] for i in chunk], client_id, split, split_mode,
-                                                   seed, num_classes))
-            for client_id, chunk in enumerate(chunks)]
-
-
 def ordered_chunks(num_graphs: int, num_clients: int, seed: int) -> list[list[int]]:
     """GCFL's chunking (its ``_randChunk`` without overlap): client ``i`` takes graphs
     ``[m i, m (i + 1))`` in file order, ``m = min(50, n // K)``, and every remaining graph goes to
@@ -94,17 +80,22 @@ def ordered_chunks(num_graphs: int, num_clients: int, seed: int) -> list[list[in
     return chunks
 
 
-def ordered_chunk_clients(name: str, graphs: Sequence[Data], num_clients: int, split: tuple[float, float, float],
-                          split_mode: str, seed: int, limit: int | None = None) -> list[ClientGraph]:
-    """One dataset cut by :func:`ordered_chunks` (the first ``limit`` graphs in file order when given)."""
-    graphs = list(graphs)[:limit]
-    if num_clients > len(graphs):
-        raise PartitionError(f"{name} has {len(graphs)} graphs, fewer than num_clients={num_clients}; "
-                             "lower --num-clients")
-    num_classes = int(torch.cat([g.y for g in graphs]).max()) + 1
-    return [ClientGraph(client_id, name, graph_set([graphs[i] for i in chunk], client_id, split, split_mode, seed,
-                                                   num_classes))
-            for client_id, chunk in enumerate(ordered_chunks(len(graphs), num_clients, seed))]
+def chunk_clients(name: str, graphs: Sequence[Data], num_clients: int, split: tuple[float, float, float],
+                  split_mode: str, seed: int, limit: int | None = None, in_file_order: bool = False
+                  ) -> list[ClientGraph]:
+    """One dataset cut into ``num_clients`` chunks: shuffled, sizes differing by at most one
+    (``chunks``), or with ``in_file_order`` by :func:`ordered_chunks` (``chunks_ordered``; the
+    first ``limit`` graphs in file order when given)."""
+    ordered = list(graphs)[:limit] if in_file_order else shuffled(graphs, seed, limit)
+    if num_clients > len(ordered):
+        raise PartitionError(f"{name} has {len(ordered)} graphs, fewer than num_clients={num_clients}; "
+                                  "lower --num-clients")
+    num_classes = int(torch.cat([g.y for g in ordered]).max()) + 1
+    chunks = (ordered_chunks(len(ordered), num_clients, seed) if in_file_order
+              else np.array_split(np.arange(len(ordered)), num_clients))
+    return [ClientGraph(client_id, name, graph_set([ordered[int(i)] for i in chunk], client_id, split, split_mode,
+                                                   seed, num_classes))
+            for client_id, chunk in enumerate(chunks)]
 
 
 def dataset_clients(named: Mapping[str, Sequence[Data]], split: tuple[float, float, float], split_mode: str,
@@ -127,8 +118,8 @@ def graph_federation(named: Mapping[str, Sequence[Data]], partition: str, num_cl
             raise PartitionError(f"partition {partition!r} cuts one dataset, got a group of {len(named)}; "
                                       "use partition 'datasets'")
         (name, graphs), = named.items()
-        cut = chunk_clients if partition == "chunks" else ordered_chunk_clients
-        clients = cut(name, compact_graphs(graphs), num_clients, split, split_mode, seed, limit)
+        clients = chunk_clients(name, compact_graphs(graphs), num_clients, split, split_mode, seed, limit,
+                                in_file_order=partition == "chunks_ordered")
     elif partition == "datasets":
         clients = dataset_clients({n: compact_graphs(g) for n, g in named.items()}, split, split_mode, seed, limit)
     else:

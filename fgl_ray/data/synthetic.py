@@ -151,6 +151,11 @@ def generate_graphs(seed: int, num_graphs: int = 240, num_classes: int = 3, node
     return graphs
 
 
+def planted_clients(clients_per_group: int = 3) -> tuple[str, ...]:
+    """The client names of :func:`generate_planted_groups`: ``a0, a1, .., b0, ..``."""
+    return tuple(f"{group}{index}" for group in "ab" for index in range(clients_per_group))
+
+
 def generate_planted_groups(seed: int, clients_per_group: int = 3, graphs_per_client: int = 48,
                             num_classes: int = 3) -> dict[str, list[Data]]:
     """Two planted groups of clients whose labels follow different rules (GCFL's premise).
@@ -160,12 +165,13 @@ def generate_planted_groups(seed: int, clients_per_group: int = 3, graphs_per_cl
     (``model_options: {share: all}``) one model cannot fit both rules, while the clients of a
     group agree: clustered FL should find the groups. Keys ``a0, a1, .., b0, ..``, one client each.
     """
+    names = iter(planted_clients(clients_per_group))
     groups = {}
-    for group, shift in (("a", 0), ("b", 1)):
+    for shift in (0, 1):                  # group a, then group b
         for index in range(clients_per_group):
-            draw = seed * 1000 + (0 if group == "a" else 500) + index
-            graphs = generate_graphs(draw, num_graphs=graphs_per_client, num_classes=num_classes)
+            graphs = generate_graphs(seed * 1000 + 500 * shift + index, num_graphs=graphs_per_client,
+                                     num_classes=num_classes)
             for graph in graphs:
                 graph.y = (graph.y + shift) % num_classes
-            groups[f"{group}{index}"] = graphs
+            groups[next(names)] = graphs
     return groups
