@@ -290,7 +290,7 @@ class FederationRun:
             summary["clustering"] = clustering_summary(changes)
             if not summary["clustering"]["split"]:
                 logger.warning("%s never split its clients into clusters: it ran as one federation (FedAvg with "
-                               "its aggregator); the split criteria (eps1, eps2) may not fit this data", self.run_id)
+                               "its aggregator); its split criteria may not fit this data", self.run_id)
         write_summary(run_dir, summary)
         plot_learning_curves(metrics, run_dir / "learning_curves.png", metric=self.task.headline)
         data = self.data
