@@ -4,6 +4,7 @@
     python benchmarks/fedmgs.py ablation [--seeds 3]        # K = 5, rate 0.5, every task
     FGL_DATA_DIR=../shared/datasets python benchmarks/fedmgs.py two-view [--seeds 3] [--tasks link-prediction]
     python benchmarks/fedmgs.py cost                       # seconds per round and bytes uploaded
+    FGL_DATA_DIR=../shared/datasets python benchmarks/fedmgs.py readings [--dataset cora-mm] [--seeds 1]
     python benchmarks/fedmgs.py main --methods "FedMGS (graph readout)" ...   # some rows only
 
 The setting of the paper (Section 6.1): Louvain into 5 or 10 clients, 100 rounds, 10 local epochs,
@@ -20,7 +21,14 @@ means go to ``benchmarks/ledger/fedmgs.jsonl``, which ``--reuse`` and ``--finish
 when the run's folder is not there (a fresh checkout). The generator's
 settings are its defaults, fixed before any FedMGS run (``fgl_ray/data/multimodal.py``).
 Sections of ``benchmarks/RESULTS.md``: ``fedmgs-main``, ``fedmgs-ablation``, ``fedmgs-two-view``,
-``fedmgs-cost``.
+``fedmgs-cost``, ``fedmgs-readings``.
+
+``readings``: FedMGS under each reading of the paper's open choices (issue 30), node
+classification, K = 5, rate 0.5, on one dataset: the training query, the estimate that queries the
+banks, the context of L_rec, the sign of beta; beside the headline, the diagnostics that show a
+train/test asymmetry (accuracy on training nodes, test accuracy on nodes missing a modality and on
+complete ones, and the calibrated eta of a missing modality on training and test nodes, each the
+mean over clients at the last round) and the seconds per round.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fedia_common import RunLedger, complete_run, finished_summary, replace_section  # noqa: E402
 
+from fgl_ray.algorithms import ALGORITHMS  # noqa: E402
 from fgl_ray.config import load_config  # noqa: E402
 from fgl_ray.data import build_federated_data  # noqa: E402
 from fgl_ray.results import read_metrics  # noqa: E402
@@ -63,6 +72,20 @@ ABLATIONS = {
     "w/o prototype-guided synthesis": {"prototype_synthesis": False},
     "w/o reliability fusion": {"reliability_fusion": False},
 }
+#: FedMGS's readings, every choice spelled out (a row keeps its meaning when a default changes):
+#: the training nodes' query, the estimate that queries the banks, L_rec's context, Eq. 7's beta.
+READINGS = {
+    f"{query} query · {estimate} estimate · L_rec {context} · β {beta}": {
+        "query": query, "unlabelled_query": estimate, "reconstruction_context": context, "beta": beta}
+    for query, estimate, context, beta in (
+        ("label", "prototypes", "observed", "free"),           # the literal reading, the default before issue 30
+        ("label", "classifier", "masked", "free"),
+        ("predicted", "prototypes", "masked", "free"),
+        ("predicted", "classifier", "observed", "free"),
+        ("predicted", "classifier", "masked", "free"),
+        ("predicted", "classifier", "masked", "softplus"),
+    )
+}
 TWO_VIEW_TASKS = ("node-classification", "link-prediction")
 LEDGER = Path(__file__).with_name("ledger") / "fedmgs.jsonl"
 
@@ -78,8 +101,7 @@ def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, opti
               "algorithm": algorithm, "algorithm_options": options, "model_options": model_options, "seed": seed,
               "rounds": args.rounds, "backend": "local", "torch_threads": args.torch_threads,
               "output_dir": str(args.out), "last_k": min(20, args.rounds), "overwrite": True,
-              "run_name": f"{dataset}-{task}-{TASK_MISSING[task]}{rate}-k{clients}-{algorithm}-"
-                          f"{'-'.join(f'{k}={v}' for k, v in {**options, **model_options}.items()) or 'default'}-s{seed}"}
+              "run_name": experiment_name(dataset, task, rate, clients, algorithm, options, model_options, seed)}
     if args.data_dir:
         values["data_dir"] = str(args.data_dir)
     config = load_config(values)
@@ -100,6 +122,13 @@ def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, opti
               f"({time.perf_counter() - started:.0f} s)", flush=True)
     ledger.record(config, means)
     return means
+
+
+def experiment_name(dataset: str, task: str, rate: float, clients: int, algorithm: str, options: dict,
+                    model_options: dict, seed: int) -> str:
+    """The run folder's name: the setting, the algorithm and the options it sets."""
+    settings = '-'.join(f'{k}={v}' for k, v in {**options, **model_options}.items()) or 'default'
+    return f"{dataset}-{task}-{TASK_MISSING[task]}{rate}-k{clients}-{algorithm}-{settings}-s{seed}"
 
 
 def last_means(summary: dict) -> dict[str, float]:
@@ -188,6 +217,51 @@ def two_view_part(args) -> None:
     print(body)
 
 
+def without_defaults(options: dict) -> dict:
+    """FedMGS ``options`` less those at their current default, so that the defaults' row is the run
+    every other table calls FedMGS (and reuses)."""
+    fields = ALGORITHMS.get("fedmgs").Options.model_fields
+    return {k: v for k, v in options.items() if fields[k].default != v}
+
+
+def reading_diagnostics(run_dir: Path) -> dict[str, float]:
+    """Means over clients at the last round of the diagnostics FedMGS writes, and seconds per round."""
+    if not (run_dir / "metrics.parquet").is_dir():
+        return {}
+    metrics = read_metrics(run_dir)
+    clients = metrics[(metrics.client_id != "server") & (metrics["round"] == metrics["round"].max())]
+    values = {f"{split}_{metric}": float(group.value.mean())
+              for (split, metric), group in clients.groupby(["split", "metric"])}
+    seconds = metrics[(metrics.split == "round") & (metrics.metric == "seconds")].sort_values("round").value
+    return values | {"seconds": statistics.median(seconds.iloc[1:]) if len(seconds) > 1 else float("nan")}
+
+
+def readings_part(args) -> None:
+    cache: dict = {}
+    task, rate, clients = "node-classification", 0.5, 5
+    columns = (("test accuracy", "accuracy"), ("train accuracy", "train_accuracy"),
+               ("test acc., nodes missing a modality", "test_accuracy_missing"),
+               ("test acc., complete nodes", "test_accuracy_complete"),
+               ("η missing, train nodes", "train_eta_missing"), ("η missing, test nodes", "test_eta_missing"))
+    lines = [f"| {args.dataset}, K={clients}, ρ={rate} (client-level) | " + " | ".join(c for c, _ in columns)
+             + " | s/round |", "|---|" + "---|" * (len(columns) + 1)]
+    for label, options in READINGS.items():
+        options = without_defaults(options)
+        per_seed = []
+        for seed in range(args.seeds):
+            means = run(args.dataset, task, rate, clients, "fedmgs", options, {}, seed, args, cache)
+            name = experiment_name(args.dataset, task, rate, clients, "fedmgs", options, {}, seed)
+            per_seed.append(None if means is None else means | reading_diagnostics(args.out / name))
+        cells = [cell([None if r is None else r.get(key) for r in per_seed]) for _, key in columns]
+        seconds = [r["seconds"] for r in per_seed if r and "seconds" in r]
+        lines.append(f"| {label} | " + " | ".join(cells) + (f" | {np.mean(seconds):.2f} |" if seconds else " | — |"))
+        print(lines[-1], flush=True)
+    body = note(args, f"{args.dataset}, node classification; the diagnostics are means over clients at the last "
+                      "round; — where the run's folder is not here (a ledger entry)") + "\n".join(lines) + "\n"
+    replace_section(f"fedmgs-readings{args.section_suffix}", body, args.results_file)
+    print(body)
+
+
 def cost_part(args) -> None:
     """Seconds per round (median after the first) and bytes one client uploads per round."""
     lines = ["| method | task | s/round | upload bytes per client per round | of which statistics |",
@@ -220,7 +294,8 @@ def cost_part(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=("main", "ablation", "two-view", "cost"))
+    parser.add_argument("part", choices=("main", "ablation", "two-view", "cost", "readings"))
+    parser.add_argument("--dataset", default="cora-mm", help="the readings part's dataset")
     parser.add_argument("--tasks", nargs="+", default=list(TASK_MISSING), choices=list(TASK_MISSING))
     parser.add_argument("--rates", nargs="+", type=float, default=list(RATES), help="missing rates (main part)")
     parser.add_argument("--clients", nargs="+", type=int, default=list(CLIENTS), help="client counts (main part)")
@@ -243,7 +318,8 @@ def main() -> None:
     parser.add_argument("--finished-only", action="store_true",
                         help="tables from the finished runs only: run nothing; a cell shows (n) when fewer seeds ran")
     args = parser.parse_args()
-    {"main": main_part, "ablation": ablation_part, "two-view": two_view_part, "cost": cost_part}[args.part](args)
+    {"main": main_part, "ablation": ablation_part, "two-view": two_view_part, "cost": cost_part,
+     "readings": readings_part}[args.part](args)
 
 
 if __name__ == "__main__":

@@ -87,11 +87,12 @@ class ClientUpdate:
 @dataclass
 class ClientEvaluation:
     """The task's additive statistics per split (``{"confusion": C x C counts}`` for
-    classification), which pool over clients by summation."""
+    classification), which pool over clients by summation, and the algorithm's own per-split
+    diagnostics (``metrics``: split -> name -> value; written as the client's rows, not pooled)."""
 
     client_id: int
     stats: dict[str, dict[str, np.ndarray]]
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass

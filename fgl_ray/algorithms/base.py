@@ -124,6 +124,11 @@ class Algorithm:
         ctx.model.eval()
         return ctx.task.classify(ctx.model, ctx.task.encode(ctx.model, batch), batch)
 
+    def evaluation_metrics(self, ctx: ClientContext) -> dict[str, dict[str, float]]:
+        """The algorithm's own diagnostics of the evaluated model, split -> name -> value (written
+        as the client's rows beside the task's scores; none by default)."""
+        return {}
+
     def num_samples(self, ctx: ClientContext) -> int:
         """The sample count sent with the update (the aggregation weight): training samples."""
         return ctx.task.num_samples(ctx.data)

@@ -65,6 +65,16 @@ def unpack(x: Tensor, dims: tuple[int, int]) -> tuple[Tensor, Tensor, Tensor]:
     return x[:, :visual_dim], x[:, visual_dim:visual_dim + text_dim], x[:, visual_dim + text_dim:] > 0.5
 
 
+def hide_modality(x: Tensor, dims: tuple[int, int], modality: int, rows: Tensor) -> Tensor:
+    """A copy of packed ``x`` in which ``rows`` (a node mask) miss ``modality`` (0 visual, 1 text):
+    its block holds the placeholder (zeros) and its availability bit is 0, as in missing data."""
+    visual, text, available = unpack(x, dims)
+    blocks, available = [visual.clone(), text.clone()], available.clone()
+    blocks[modality][rows] = 0.0
+    available[rows, modality] = False
+    return pack(*blocks, available)
+
+
 class MultimodalOptions(BaseModel):
     """Knobs of :func:`generate_multimodal` (the config's ``synthetic`` mapping for ``synthetic-mm``)."""
 

@@ -152,7 +152,7 @@ class MultimodalGNN(GraphModel):
     def forward_parts(self, x: Tensor, edge_index: Tensor, prototypes: Prototypes | None = None,
                       query_labels: Tensor | None = None, gate: bool = True, synthesis: bool = True,
                       fusion: bool = True, temperature: float | None = None,
-                      class_estimate: Tensor | None = None) -> dict[str, Tensor]:
+                      class_estimate: Tensor | None = None, positive_beta: bool = False) -> dict[str, Tensor]:
         """FedMGS's forward pass.
 
         Args:
@@ -165,6 +165,8 @@ class MultimodalGNN(GraphModel):
             temperature: of the prototype similarity; default ``sqrt(d)`` (the paper).
             class_estimate: ``[n, C]`` class distributions, the query of the nodes without a label
                 query; default: the softmax of prototype similarities.
+            positive_beta: Eq. 7's ``beta_m`` through :meth:`reliability_scale`'s softplus, so that a
+                larger spread can only lower the confidence; off: ``beta_m`` as learned (any sign).
 
         Returns:
             ``z [n, 2, d]`` (gated latents), ``s``, ``h``, ``pi``, ``z_hat [n, 2, d]``, ``eta [n, 2]``,
@@ -187,13 +189,20 @@ class MultimodalGNN(GraphModel):
             calibrated = torch.ones_like(eta)
         elif synthesis:                   # Eq. 7; before any bank the spread is 0 and the factor 1/2
             spread = prototypes.spread.to(eta.dtype) if use_prototypes else torch.zeros_like(self.beta)
-            calibrated = eta * torch.sigmoid(-self.beta * spread)
+            calibrated = eta * torch.sigmoid(-self.reliability_scale(positive_beta) * spread)
         else:                             # w/o prototype-guided synthesis: no spread, eta alone
             calibrated = eta
         filled = calibrated.unsqueeze(-1) * z_hat + (1 - calibrated.unsqueeze(-1)) * h.unsqueeze(1)
         f = torch.where(available.unsqueeze(-1), z, filled)
         return {"z": z, "raw": raw, "s": s, "h": h, "pi": pi, "z_hat": z_hat, "eta": calibrated, "available": available,
                 "f": f, "readout": self.readout([f[:, 0], f[:, 1]], h)}
+
+    def reliability_scale(self, positive: bool = False) -> Tensor:
+        """``beta_m`` of Eq. 7: the parameter itself, or with ``positive`` ``softplus(beta - 1 + log(e - 1))``,
+        positive and equal to the parameter's initial 1 at initialisation."""
+        if not positive:
+            return self.beta
+        return F.softplus(self.beta - 1.0 + math.log(math.e - 1.0))
 
     def synthesize(self, z: Tensor, h: Tensor, pi: Tensor) -> Tensor:
         """``z_hat^m = psi_syn^m([z^{m'} | h | pi^m | 0])`` for both modalities (Eq. 4), ``[n, 2, d]``."""

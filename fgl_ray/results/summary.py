@@ -75,7 +75,8 @@ def _at_round(tests: dict[str, pd.DataFrame], clients: dict[str, pd.DataFrame], 
         "all": {m: float(r[ALL_DOMAINS]) for m, r in at.items() if ALL_DOMAINS in r.index},
         AVG_KEY: {m: float(r[AVG_KEY]) for m, r in at.items()},
         CLIENT_AVG_KEY: {m: float(r.mean()) for m, r in own.items()},
-        "clients": {str(c): {m: float(r[c]) for m, r in own.items()} for c in _clients(clients)},
+        "clients": {str(c): {m: float(r[c]) for m, r in own.items() if c in r.index}
+                    for c in _clients(clients)},
     }
 
 

@@ -109,7 +109,8 @@ class ClientRuntime:
             self.algorithm.receive(self.ctx, broadcast)
         stats = self.task.evaluate(lambda batch: self.algorithm.predict(self.ctx, batch), self.ctx.data,
                                    self.ctx.num_classes)
-        return ClientEvaluation(client_id=self.client_id, stats=stats)
+        return ClientEvaluation(client_id=self.client_id, stats=stats,
+                                metrics=self.algorithm.evaluation_metrics(self.ctx))
 
     def state_bytes(self) -> bytes:
         """This client's persistent state: model, optimizer, algorithm state (its object and

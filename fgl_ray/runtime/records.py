@@ -100,6 +100,9 @@ def round_rows(result: RoundResult, domain_of: Mapping[int, str], task: Task, fr
             rows += metric_rows(t, SERVER_ID, domain, split, task.scores(stats))
         pooled = task.pooled_scores(pool_stats(per_client.values()), class_order, class_group_cuts)
         rows += metric_rows(t, SERVER_ID, ALL_DOMAINS, split, pooled)
+    for evaluation in result.evaluations:
+        for split, values in sorted(evaluation.metrics.items()):
+            rows += metric_rows(t, evaluation.client_id, domain_of[evaluation.client_id], split, values)
     for failure in result.failures:
         rows += metric_rows(t, failure.client_id, domain_of[failure.client_id], failure.phase, {"failed": 1.0})
     rows += diagnostic_rows(result, domain_of, fraction)

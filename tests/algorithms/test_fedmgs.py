@@ -238,7 +238,7 @@ def test_a_class_estimate_queries_the_valid_bank_entries_it_names():
 
 
 def test_unlabelled_nodes_can_query_the_classifiers_prediction():
-    client = _trained_client(unlabelled_query="classifier")
+    client = _trained_client(query="label", unlabelled_query="classifier")
     ctx, algorithm, batch = client.ctx, client.algorithm, client.ctx.data
     x, edge_index = ctx.task.node_inputs(batch)
     labels = torch.where(batch.train_mask, batch.y, torch.full_like(batch.y, -1))
@@ -255,8 +255,8 @@ def test_unlabelled_nodes_can_query_the_classifiers_prediction():
     torch.testing.assert_close(parts["pi"][batch.train_mask], first["pi"][batch.train_mask])
 
 
-def test_unlabelled_nodes_query_the_prototype_softmax_by_default_in_one_pass():
-    client = _trained_client()
+def test_unlabelled_nodes_can_query_the_prototype_softmax_in_one_pass():
+    client = _trained_client(query="label", unlabelled_query="prototypes")
     batch = client.ctx.data
     with torch.no_grad():
         one_pass = client.algorithm.parts(client.ctx, batch)[0]
@@ -265,6 +265,100 @@ def test_unlabelled_nodes_query_the_prototype_softmax_by_default_in_one_pass():
         expected = client.ctx.model.forward_parts(x, edge_index, client.algorithm.prototypes(client.ctx), labels,
                                                   temperature=client.algorithm.tau())
     torch.testing.assert_close(one_pass["readout"], expected["readout"])
+
+
+def test_by_default_every_node_queries_the_classifier_whatever_its_split():
+    client = _trained_client()
+    batch = client.ctx.data
+    with torch.no_grad():
+        default = client.algorithm.parts(client.ctx, batch)[0]
+        swapped = batch.clone()
+        swapped.train_mask, swapped.test_mask = batch.test_mask, batch.train_mask
+        moved = client.algorithm.parts(client.ctx, swapped)[0]
+    torch.testing.assert_close(default["pi"], moved["pi"])               # a training label changes nothing
+    with torch.no_grad():
+        by_hand = _trained_client(query="predicted", unlabelled_query="classifier").algorithm.parts(
+            client.ctx, batch)[0]
+    torch.testing.assert_close(default["readout"], by_hand["readout"])
+
+
+def test_auto_queries_the_prototypes_where_no_classifier_is_trained():
+    from fgl_ray.algorithms import build_algorithm
+
+    config = load_config({"dataset": "synthetic-mm", "algorithm": "fedmgs", "task": "link-prediction"})
+    algorithm = build_algorithm("fedmgs", {}, config)
+    for task, source in (("link-prediction", "prototypes"), ("node-classification", "classifier")):
+        ctx = type("Ctx", (), {"task": type("Task", (), {"name": task})()})()
+        assert algorithm.estimate_source(ctx) == source
+
+
+def test_masked_reconstruction_context_is_the_forward_pass_of_a_node_missing_the_modality():
+    from fgl_ray.data.multimodal import hide_modality
+
+    model = _model()
+    x, edge_index, available = _graph()
+    complete = available.all(dim=1)
+    prototypes = Prototypes(torch.randn(2, 4, 8), torch.ones(2, 4, dtype=torch.bool), torch.zeros(2))
+    queries = torch.full((10,), -1)
+    parts = model.forward_parts(x, edge_index, prototypes, queries)
+    contexts = [model.forward_parts(hide_modality(x, DIMS, m, complete), edge_index, prototypes, queries)
+                for m in range(2)]
+    for m, context in enumerate(contexts):
+        assert not context["available"][complete, m].any() and context["available"][complete, 1 - m].all()
+        torch.testing.assert_close(context["s"][complete], parts["z"][complete, 1 - m])   # s holds z^{m'} alone
+        assert not torch.allclose(context["h"][complete], parts["h"][complete])
+    target = parts["z"][complete]
+    by_hand = torch.stack([contexts[m]["z_hat"][complete, m] for m in range(2)], dim=1)
+    expected = (by_hand - target).pow(2).sum(-1).mean()
+    for gradient in ("synthesizer", "all"):
+        got = reconstruction_loss(model, parts, gradient, contexts)
+        assert float(got) == pytest.approx(float(expected))
+        assert float(got) != pytest.approx(float(reconstruction_loss(model, parts, gradient)))
+
+
+def test_the_masked_reconstruction_trains_and_its_loss_differs_from_the_observed_one():
+    losses = {}
+    for context in ("observed", "masked"):
+        client = _trained_client(reconstruction_context=context)
+        client.ctx.model.train()
+        losses[context] = client.algorithm.local_train(client.ctx)["reconstruction_loss"]
+    assert losses["masked"] > 0 and losses["observed"] > 0 and losses["masked"] != losses["observed"]
+
+
+def test_a_softplus_beta_stays_positive_and_starts_at_the_free_one():
+    model = _model()
+    torch.testing.assert_close(model.reliability_scale(True), model.reliability_scale(False))   # both 1 at start
+    with torch.no_grad():
+        model.beta.fill_(-3.0)
+    assert (model.reliability_scale(False) < 0).all() and (model.reliability_scale(True) > 0).all()
+    x, edge_index, available = _graph()
+    spread = Prototypes(torch.randn(2, 4, 8), torch.ones(2, 4, dtype=torch.bool), torch.full((2,), 2.0))
+    queries = torch.full((10,), -1)
+    free = model.forward_parts(x, edge_index, spread, queries)["eta"]
+    positive = model.forward_parts(x, edge_index, spread, queries, positive_beta=True)["eta"]
+    missing = ~available
+    assert (positive[missing] < free[missing]).all()          # a negative beta had turned the penalty into a bonus
+
+
+def test_diagnostics_split_eta_and_accuracy_by_nodes_and_reach_the_metrics(tmp_path):
+    from fgl_ray.runtime.federation import run_experiment
+    from fgl_ray.results import read_metrics
+
+    values = {"dataset": "synthetic-mm", "algorithm": "fedmgs", "num_clients": 3, "hidden": 16, "rounds": 2,
+              "local_epochs": 1, "missing": "node:0.5", "backend": "local", "torch_threads": 1,
+              "synthetic": {"num_nodes": 240}, "output_dir": str(tmp_path), "run_name": "diag"}
+    config = load_config(values)
+    result = run_experiment(config, build_federated_data(config), progress=False)
+    rows = read_metrics(result.run_dir)
+    rows = rows[(rows["round"] == 1) & (rows["client_id"] != "server")]
+    test = rows[rows["split"] == "test"].pivot(index="client_id", columns="metric", values="value")
+    train = rows[rows["split"] == "train"].pivot(index="client_id", columns="metric", values="value")
+    assert {"eta_missing", "accuracy_missing", "accuracy_complete", "missing_fraction"} <= set(test.columns)
+    assert {"accuracy", "eta_missing", "loss"} <= set(train.columns)
+    assert ((test["eta_missing"] > 0) & (test["eta_missing"] < 1)).all()
+    share = test["missing_fraction"]
+    mixed = share * test["accuracy_missing"] + (1 - share) * test["accuracy_complete"]
+    assert (mixed - test["accuracy"]).abs().max() < 1e-6               # the two groups make up the task's accuracy
 
 
 def test_the_classifier_query_is_refused_where_no_classifier_is_trained():
