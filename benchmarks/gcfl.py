@@ -17,7 +17,8 @@ model), the average gain over self-training of the same client, and how many cli
 (gain > 0), mean ± std over seeds. Tables go to the ``gcfl-reproduction`` section of
 ``benchmarks/RESULTS.md``.
 
-``--protocol authors`` (or ``both``, the default) adds a second table per setting that moves
+``--protocol authors`` (or ``both``, the default) adds a second table per setting (and its per-seed
+figures to ``<out>/gcfl-reproduction.json``, which ``benchmarks/fidelity.py`` reads) that moves
 from our protocol to the GCFL authors' one step by step, so that it shows how much of the paper's
 gain each choice accounts for: (1) self-training compared at 50 epochs on a single dataset and
 100 on a group (the authors' budget; read from the same self-training run at that round, one
@@ -208,38 +209,53 @@ def clusters_of(summaries: list[dict]) -> str:
     return "/".join(map(str, counts)) if counts else "–"
 
 
-def protocol_table(name: str, single: bool, ours: dict[str, list[dict]], ordered: dict[str, list[dict]]) -> str:
-    """From our protocol to the authors', one choice per column (gain over self-training; helped as
-    > 0 and >= 0 over the clients, means over seeds)."""
+#: The steps of :func:`protocol_steps`, from our protocol to the authors'.
+STEPS = ("ours", "short_self_train", "ordered", "authors")
+
+
+def protocol_steps(single: bool, ours: dict[str, list[dict]], ordered: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per method and step: per-seed mean gains over self-training and clients with gain > 0 / >= 0.
+    ``ours``: final accuracy against self-training at the same round; ``short_self_train``: against
+    self-training stopped at the authors' epochs; ``ordered``: the same on ``chunks_ordered``;
+    ``authors``: the authors' figure (:func:`authors_figure`) there."""
     epochs = AUTHORS_SELF_TRAIN_EPOCHS[single]
-    clients = len(ours[SELF_TRAIN][0]["final"]["clients"])
     short = {key: [accuracy_after(s, epochs) for s in runs[SELF_TRAIN]] for key, runs in (("ours", ours),
                                                                                           ("ordered", ordered))}
+    steps = {SELF_TRAIN: {"accuracy": [s["final"]["avg_over_clients"]["accuracy"] for s in ours[SELF_TRAIN]],
+                          "short": [float(np.mean(list(a.values()))) for a in short["ours"]],
+                          "short_ordered": [float(np.mean(list(a.values()))) for a in short["ordered"]]}}
+    for label in ours:
+        if label == SELF_TRAIN:
+            continue
+        final = [client_accuracy(s, "final") for s in ours[label]]
+        steps[label] = dict(zip(STEPS, (
+            compare(final, [client_accuracy(s, "final") for s in ours[SELF_TRAIN]]),
+            compare(final, short["ours"]),
+            compare([client_accuracy(s, "final") for s in ordered[label]], short["ordered"]),
+            compare([authors_figure(label, s) for s in ordered[label]], short["ordered"]))))
+        steps[label]["authors_accuracy"] = [float(np.mean(list(authors_figure(label, s).values())))
+                                            for s in ordered[label]]
+    return steps
+
+
+def protocol_table(name: str, single: bool, clients: int, rounds: int, steps: dict[str, dict]) -> str:
+    """From our protocol to the authors', one choice per column (gain over self-training; helped as
+    > 0 and >= 0 over the clients, means over seeds)."""
     partition = f"+ {ORDERED}" if single else "partition unchanged (one client per dataset)"
-    rounds = ours[SELF_TRAIN][0]["final"]["round"] + 1
     lines = [f"| {name}: our protocol → the authors' | final, self-train {rounds} ep: gain (>0) "
-             f"| self-train {epochs} ep: gain (>0 / ≥0) | {partition}: gain (≥0) "
+             f"| self-train {AUTHORS_SELF_TRAIN_EPOCHS[single]} ep: gain (>0 / ≥0) | {partition}: gain (≥0) "
              "| + best test snapshot (authors' figure; chosen on test): acc, gain (≥0) |", "|---|---|---|---|---|"]
 
     def cell(gain, *counts):
         return f"{spread(gain)} ({' / '.join(f'{np.mean(c):.1f}' for c in counts)}/{clients})"
 
-    for label in ours:
+    for label, step in steps.items():
         if label == SELF_TRAIN:
-            cells = [spread([s["final"]["avg_over_clients"]["accuracy"] for s in ours[label]]) + " acc",
-                     spread([np.mean(list(a.values())) for a in short["ours"]]) + " acc",
-                     spread([np.mean(list(a.values())) for a in short["ordered"]]) + " acc", "as before"]
+            cells = [spread(step[key]) + " acc" for key in ("accuracy", "short", "short_ordered")] + ["as before"]
         else:
-            final = [client_accuracy(s, "final") for s in ours[label]]
-            gain, helped, _ = compare(final, [client_accuracy(s, "final") for s in ours[SELF_TRAIN]])
-            cells = [cell(gain, helped)]
-            gain, helped, not_hurt = compare(final, short["ours"])
-            cells.append(cell(gain, helped, not_hurt))
-            gain, _, not_hurt = compare([client_accuracy(s, "final") for s in ordered[label]], short["ordered"])
-            cells.append(cell(gain, not_hurt))
-            figure = [authors_figure(label, s) for s in ordered[label]]
-            gain, _, not_hurt = compare(figure, short["ordered"])
-            cells.append(f"{spread([np.mean(list(f.values())) for f in figure])}, {cell(gain, not_hurt)}")
+            cells = [cell(*step["ours"][:2]), cell(*step["short_self_train"]), cell(step["ordered"][0],
+                     step["ordered"][2]), f"{spread(step['authors_accuracy'])}, "
+                                          f"{cell(step['authors'][0], step['authors'][2])}"]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -247,7 +263,7 @@ def protocol_table(name: str, single: bool, ours: dict[str, list[dict]], ordered
 def reproduce(args) -> None:
     from fgl_ray.runtime.ray_backend import ray_session
 
-    tables = []
+    tables, records = [], {}
     with ray_session() if args.backend == "ray" else nullcontext():
         for name in args.settings:
             values = SETTINGS[name]
@@ -257,7 +273,10 @@ def reproduce(args) -> None:
             if args.protocol != "ours":
                 single = is_single_dataset(values)
                 ordered = run_setting(name, values, args, ORDERED) if single else results
-                setting.append(protocol_table(name, single, results, ordered))
+                steps = protocol_steps(single, results, ordered)
+                first = results[SELF_TRAIN][0]["final"]
+                setting.append(protocol_table(name, single, len(first["clients"]), first["round"] + 1, steps))
+                records[name] = steps
             print("\n".join(setting), flush=True)
             tables += setting
     command = shlex.join(["python", "benchmarks/gcfl.py", *sys.argv[1:]])
@@ -269,6 +288,8 @@ def reproduce(args) -> None:
             "script's docstring)\n\n" + "\n".join(tables))
     if not args.no_write:
         replace_section(f"gcfl-reproduction{args.section_suffix}", body, args.results_file)
+        if records:
+            (args.out / f"gcfl-reproduction{args.section_suffix}.json").write_text(json.dumps(records, indent=1))
     print(body)
 
 
