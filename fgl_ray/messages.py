@@ -14,6 +14,7 @@ from torch import Tensor
 
 GLOBAL = "global"
 CLUSTER_PREFIX = "cluster-"
+PERSONAL_PREFIX = "client-"
 
 
 def cluster_key(number: int) -> str:
@@ -28,6 +29,16 @@ def cluster_number(key: str) -> int:
     if not key.startswith(CLUSTER_PREFIX):
         raise ValueError(f"model key {key!r} is neither {GLOBAL!r} nor {CLUSTER_PREFIX}<n>")
     return int(key.removeprefix(CLUSTER_PREFIX))
+
+
+def personal_key(client_id: int) -> str:
+    """The server-model key of the model the server keeps for client ``client_id`` alone."""
+    return f"{PERSONAL_PREFIX}{client_id}"
+
+
+def is_cluster_key(key: str) -> bool:
+    """Whether ``key`` names the global model or a cluster's (not a client's personal model)."""
+    return key == GLOBAL or key.startswith(CLUSTER_PREFIX)
 
 
 class PayloadError(ValueError):
@@ -48,7 +59,7 @@ class Broadcast:
 
     Attributes:
         round: the round this broadcast opens.
-        models: server-held models by key (``"global"``, or one per cluster).
+        models: server-held models by key (``"global"``, one per cluster, or one per client).
         assignment: client id -> model key; clients not listed take ``"global"``.
         stats: server statistics (prototype banks, ...), shapes independent of node counts.
         instructions: per-client instructions (cluster id, ...).

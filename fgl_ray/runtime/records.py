@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import torch
 
 from fgl_ray.diagnostics import mean_off_diagonal, random_overlap_reference
-from fgl_ray.messages import cluster_number
+from fgl_ray.messages import cluster_number, is_cluster_key
 from fgl_ray.results import ALL_DOMAINS, SERVER_ID, metric_rows
 from fgl_ray.runtime.server import RoundResult
 from fgl_ray.tasks import Task, group_stats, pool_stats
@@ -68,9 +68,12 @@ def aggregation_rows(result: RoundResult, domain_of: Mapping[int, str]) -> list[
 
 
 def cluster_rows(result: RoundResult, domain_of: Mapping[int, str]) -> list[dict]:
-    """Each client's cluster number after the round (split ``cluster``), for clustered algorithms."""
+    """Each client's cluster number after the round (split ``cluster``), for clustered algorithms
+    (a client's personal server model is no cluster)."""
     rows: list[dict] = []
     for client_id, key in sorted(result.assignment.items()):
+        if not is_cluster_key(key):
+            continue
         rows += metric_rows(result.round, client_id, domain_of[client_id], "cluster", {"cluster": cluster_number(key)})
     return rows
 

@@ -178,21 +178,28 @@ class ServerRuntime:
         for key in sorted({u.model_key for u in updates}):
             group = [u for u in updates if u.model_key == key]
             counts = torch.tensor([u.num_samples for u in group], dtype=torch.float64)
-            current = self.models[key]
-            params = self.aggregator.aggregate(current.params, torch.stack([u.update for u in group]), counts,
-                                               [u.client_id for u in group], self.config.lr)
+            self.models[key] = self.combine(key, self.models[key], group, counts)
             weights = self.aggregator.last_weights
             if weights is not None:
                 self.aggregation_weights |= {u.client_id: float(w) for u, w in zip(group, weights)}
-            if self.config.noise_multiplier > 0:
-                largest = float(torch.as_tensor(weights if weights is not None else sample_weights(counts)).max())
-                std = self.config.noise_multiplier * self.config.clip_norm * largest
-                seed = derive_seed(self.config.seed, -3, self.round_index, sorted(self.models).index(key))
-                params = params - self.config.lr * aggregate_noise(params.numel(), std, seed, params.dtype)
-            buffers = current.buffers
-            if buffers.numel():
-                buffers = (sample_weights(counts).to(buffers.dtype) @ torch.stack([u.buffers for u in group]))
-            self.models[key] = ModelState(params.to(current.params.dtype), buffers)
+
+    def combine(self, key: str, current: ModelState, group: Sequence[ClientUpdate], counts: torch.Tensor) -> ModelState:
+        """Server model ``key`` after the aggregator folds ``group``'s updates (taken from
+        ``current``) with weights proportional to ``counts``, plus the DP noise when configured;
+        buffers become the ``counts``-weighted mean of the group's."""
+        weights = sample_weights(counts)
+        params = self.aggregator.aggregate(current.params, torch.stack([u.update for u in group]), counts,
+                                           [u.client_id for u in group], self.config.lr)
+        if self.config.noise_multiplier > 0:
+            used = self.aggregator.last_weights
+            largest = float(torch.as_tensor(used if used is not None else weights).max())
+            std = self.config.noise_multiplier * self.config.clip_norm * largest
+            seed = derive_seed(self.config.seed, -3, self.round_index, sorted(self.models).index(key))
+            params = params - self.config.lr * aggregate_noise(params.numel(), std, seed, params.dtype)
+        buffers = current.buffers
+        if buffers.numel():
+            buffers = weights.to(buffers.dtype) @ torch.stack([u.buffers for u in group])
+        return ModelState(params.to(current.params.dtype), buffers)
 
     def global_weights(self) -> torch.Tensor:
         return self.models[GLOBAL].params
