@@ -48,7 +48,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import degree
 
 from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
-from fgl_ray.messages import ClientUpdate, ModelState, personal_key
+from fgl_ray.messages import ClientUpdate, personal_key
 
 
 def propagate_labels(edge_index: Tensor, seeds: Tensor, train_mask: Tensor, steps: int, alpha: float) -> Tensor:
