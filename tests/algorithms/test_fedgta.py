@@ -120,18 +120,6 @@ def test_accepting_everyone_with_sample_weights_is_fedavg(make_config, tiny_data
                                    atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("backend", ["local", "ray"])
-def test_runs_two_rounds_with_the_fedia_aggregator(request, make_config, tiny_data, backend):
-    if backend == "ray":
-        request.getfixturevalue("ray_session")
-    result = run_experiment(make_config("fedgta", aggregator="fedia", backend=backend, rounds=2), tiny_data,
-                            progress=False)
-    frame = read_metrics(result.run_dir)
-    assert (frame[frame.metric == "failed"]).empty
-    assert sorted(frame[(frame.split == "test") & (frame.metric == "accuracy")]["round"].unique()) == [0, 1]
-    assert frame[frame.split == "cluster"].empty             # personal models are not clusters
-
-
 def test_runs_on_the_multimodal_backbone_as_fedmgs_compares_it(tmp_path):
     """FedGTA-MM (FedMGS's baseline): the same statistics from the multimodal GNN's predictions."""
     from fgl_ray.config import load_config

@@ -1,0 +1,24 @@
+"""What every graph-specific baseline (issue 31) must do beyond its own tests: run two rounds on both
+backends composed with the ``fedia`` aggregator (``mean`` is covered for every algorithm in
+``tests/runtime/test_federation.py``), and resume exactly (``tests/runtime/test_checkpoint.py``)."""
+
+import pytest
+
+from fgl_ray.results import read_metrics
+from fgl_ray.runtime import run_experiment
+
+GRAPH_BASELINES = ("fedgta", "fgssl")
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+@pytest.mark.parametrize("algorithm", GRAPH_BASELINES)
+def test_runs_two_rounds_with_the_fedia_aggregator(request, make_config, tiny_data, algorithm, backend):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    result = run_experiment(make_config(algorithm, aggregator="fedia", backend=backend, rounds=2), tiny_data,
+                            progress=False)
+    frame = read_metrics(result.run_dir)
+    assert (frame[frame.metric == "failed"]).empty
+    tested = frame[(frame.split == "test") & (frame.metric == "accuracy")]
+    assert sorted(tested["round"].unique()) == [0, 1] and tested.value.between(0, 1).all()
+    assert frame[frame.split == "cluster"].empty             # personal server models are no clusters
