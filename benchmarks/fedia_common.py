@@ -35,7 +35,8 @@ from fgl_ray.runtime.ray_backend import ray_session
 RESULTS = Path(__file__).with_name("RESULTS.md")
 RUNTIME_FIELDS = {"backend", "torch_threads", "output_dir", "overwrite", "clients_per_actor", "gpus_per_client",
                   "round_timeout_s", "data_dir", "checkpoint_every"}
-BASES = {"fedavg": "FedAvg", "fedprox": "FedProx"}
+BASES = {"fedavg": "FedAvg", "fedprox": "FedProx", "moon": "MOON", "feddyn": "FedDyn", "fedproto": "FedProto",
+         "fgssl": "FGSSL", "fggp": "FGGP"}
 AVG_METRICS = (("AVG bAcc", "balanced_accuracy"), ("AVG F1", "macro_f1"))
 
 
