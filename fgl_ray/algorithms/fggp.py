@@ -6,8 +6,8 @@ probabilities of the original graph ``G``:
 * a second view ``G2``: every ``knn_frequency`` rounds the client links each node to its
   ``neighbours`` nearest nodes (cosine) under the global model received that round and joins these
   edges to its own (``A``, self-loops included). A learnable edge generator (GAug; two dense GCN
-  layers on ``A``, ``S = H H^T``) samples ``G2`` from ``0.5 S / max S + 0.5 A`` (straight-through
-  relaxed Bernoulli, temperature 1, symmetrised) and is trained to reconstruct ``A``
+  layers on ``A``, ``S = H H^T``) samples ``G2`` from ``0.5 S / max S + 0.5 A`` (the hard value of a
+  relaxed Bernoulli, i.e. a Bernoulli draw; symmetrised) and is trained to reconstruct ``A``
   (``L_rec``: weighted binary cross-entropy of ``S`` against ``A``, GAug's weights);
 * ``CE(G) + CE(G2)`` on the training nodes;
 * prototype alignment ``L_pa`` (temperature 0.5): per class, the confidence-weighted mean of ``h``
@@ -55,7 +55,6 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
-from torch.distributions import RelaxedBernoulli
 
 from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
 from fgl_ray.algorithms.finch import finch
@@ -100,10 +99,10 @@ class EdgeGenerator(nn.Module):
 
 
 def sample_view(logits: Tensor, adjacency: Tensor) -> Tensor:
-    """Edges ``[2, m]`` of a symmetric hard sample of ``0.5 S / max S + 0.5 A`` (relaxed Bernoulli, T = 1)."""
-    probs = (0.5 * logits / (logits.max() + 1e-6) + 0.5 * adjacency).clamp(0.0, 1.0)
-    sample = RelaxedBernoulli(torch.tensor(1.0), probs=probs.detach().clamp(1e-6, 1 - 1e-6)).sample() > 0.5
-    upper = sample.triu(1)
+    """Edges ``[2, m]`` of a symmetric hard sample of ``0.5 S / max S + 0.5 A``: the authors' relaxed
+    Bernoulli thresholded at 0.5 is a Bernoulli draw of the same probabilities, whatever its temperature."""
+    probs = (0.5 * logits.detach() / (logits.detach().max() + 1e-6) + 0.5 * adjacency).clamp(0.0, 1.0)
+    upper = torch.bernoulli(probs).bool().triu(1)
     return (upper | upper.T).nonzero().T
 
 
