@@ -63,6 +63,8 @@ from fgl_ray.messages import Broadcast, ClientUpdate
 
 #: Temperature of the prediction vote over the prototype bank (the authors').
 VOTE_TEMPERATURE = 0.1
+#: Largest client the dense edge generator takes (a few n x n float matrices: about 8 GB at this size).
+MAX_DENSE_NODES = 20_000
 
 
 def knn_edges(h: Tensor, k: int) -> Tensor:
@@ -185,6 +187,10 @@ class FGGP(Algorithm):
     # ------------------------------------------------------------------ client side
     def setup_client(self, ctx: ClientContext) -> None:
         x = ctx.task.node_inputs(ctx.data)[0]
+        if self.options.augmentor and x.shape[0] > MAX_DENSE_NODES:
+            raise ValueError(f"FGGP's edge generator is dense in a client's nodes: client {ctx.client_id} has "
+                             f"{x.shape[0]} (> {MAX_DENSE_NODES}); use more clients, or algorithm_options "
+                             "{augmentor: false} (the joined kNN graph as the second view)")
         ctx.state["fggp_generator"] = EdgeGenerator(x.shape[1], ctx.model.representation_dim).to(ctx.device)
         ctx.state["fggp_global"] = copy.deepcopy(ctx.model)
 

@@ -112,3 +112,15 @@ def test_the_server_clusters_each_class_and_keeps_a_rolling_vote_bank(make_confi
         server.algorithm.aggregate(server, [update(k, a) for k in range(4)])     # one cluster per round
     assert algorithm.vote_valid[0].all() and algorithm.vote_valid[1].sum() == 1
     torch.testing.assert_close(algorithm.vote_bank[0][0], a)                   # the first round's slot was reused
+
+
+def test_a_client_too_large_for_the_dense_edge_generator_is_refused_by_name(make_config, make_context, ring_graph,
+                                                                           monkeypatch):
+    import pytest
+
+    from fgl_ray.algorithms import fggp
+
+    monkeypatch.setattr(fggp, "MAX_DENSE_NODES", 20)
+    with pytest.raises(ValueError, match="augmentor: false"):
+        make_context(make_config("fggp"), ring_graph(0, n=24))
+    make_context(make_config("fggp", algorithm_options={"augmentor": False}), ring_graph(0, n=24))
