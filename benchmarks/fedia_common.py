@@ -46,6 +46,15 @@ def cell(stats: Mapping[str, float] | None) -> str:
     return f"{100 * stats['mean']:.2f}±{100 * stats['std']:.2f}"
 
 
+def percent_over_seeds(values: Sequence[float | None]) -> str:
+    """mean±std in %, over the seeds that ran (their count when some did not); — when none did."""
+    done = [v for v in values if v is not None]
+    if not done:
+        return "—"
+    count = f" ({len(done)})" if len(done) < len(values) else ""
+    return f"{100 * np.mean(done):.2f}±{100 * np.std(done):.2f}{count}"
+
+
 def over_seeds(values: Sequence[Mapping | float | None]) -> Mapping[str, float] | None:
     """One run: its last-20 ``{mean, std}``. Several: mean ± std over seeds of each run's mean (or value)."""
     if not values or any(v is None for v in values):

@@ -44,7 +44,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedia_common import RunLedger, complete_run, finished_summary, replace_section  # noqa: E402
+from fedia_common import (RunLedger, complete_run, finished_summary, percent_over_seeds,  # noqa: E402
+                          replace_section)
 
 from fgl_ray.algorithms import ALGORITHMS  # noqa: E402
 from fgl_ray.config import load_config  # noqa: E402
@@ -135,15 +136,6 @@ def last_means(summary: dict) -> dict[str, float]:
     return {metric: entry["mean"] for metric, entry in summary["all"].items()}
 
 
-def cell(values: list[float | None]) -> str:
-    """mean±std in %, over the seeds that ran (their count when some did not)."""
-    done = [v for v in values if v is not None]
-    if not done:
-        return "—"
-    count = f" ({len(done)})" if len(done) < len(values) else ""
-    return f"{100 * np.mean(done):.2f}±{100 * np.std(done):.2f}{count}"
-
-
 def mean_of(values: list[float | None]) -> float:
     done = [v for v in values if v is not None]
     return float(np.mean(done)) if done else float("nan")
@@ -164,7 +156,7 @@ def grid_tables(dataset: str, task: str, methods: dict, rates, clients, args, da
                   for label, by_column in results.items()}
         header = (f"| {dataset}: {task} ({metric}, {TASK_MISSING[task]}-level) | "
                   + " | ".join(f"K={k} ρ={r}" for k, r in columns) + " |\n|---|" + "---|" * len(columns) + "\n")
-        lines = [f"| {label} | " + " | ".join(cell(picked[label][c]) for c in columns) + " |" for label in picked]
+        lines = [f"| {label} | " + " | ".join(percent_over_seeds(picked[label][c]) for c in columns) + " |" for label in picked]
         if "FedMGS" in picked and len(picked) > 1:
             margins = []
             for c in columns:
@@ -252,7 +244,7 @@ def readings_part(args) -> None:
             means = run(args.dataset, task, rate, clients, "fedmgs", options, {}, seed, args, cache)
             name = experiment_name(args.dataset, task, rate, clients, "fedmgs", options, {}, seed)
             per_seed.append(None if means is None else means | reading_diagnostics(args.out / name))
-        cells = [cell([None if r is None else r.get(key) for r in per_seed]) for _, key in columns]
+        cells = [percent_over_seeds([None if r is None else r.get(key) for r in per_seed]) for _, key in columns]
         seconds = [r["seconds"] for r in per_seed if r and "seconds" in r]
         lines.append(f"| {label} | " + " | ".join(cells) + (f" | {np.mean(seconds):.2f} |" if seconds else " | — |"))
         print(lines[-1], flush=True)

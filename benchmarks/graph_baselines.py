@@ -25,11 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedia_common import RunLedger, complete_run, finished_summary, replace_section  # noqa: E402
+from fedia_common import (RunLedger, complete_run, finished_summary, percent_over_seeds,  # noqa: E402
+                          replace_section)
 
 from fgl_ray.algorithms import ALGORITHMS  # noqa: E402
 from fgl_ray.config import load_config  # noqa: E402
@@ -78,14 +78,6 @@ def run(dataset: str, algorithm: str, seed: int, args, data_cache: dict) -> dict
     return means
 
 
-def cell(values: list[float | None]) -> str:
-    done = [v for v in values if v is not None]
-    if not done:
-        return "—"
-    count = f" ({len(done)})" if len(done) < len(values) else ""
-    return f"{100 * np.mean(done):.2f}±{100 * np.std(done):.2f}{count}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -103,7 +95,7 @@ def main() -> None:
     lines = [header, "|---|" + "---|" * (len(args.datasets) * len(COLUMNS))]
     for algorithm in methods:
         results = {d: [run(d, algorithm, seed, args, cache) for seed in range(args.seeds)] for d in args.datasets}
-        cells = [cell([None if r is None else r[name] for r in results[d]]) for d in args.datasets for name, _ in COLUMNS]
+        cells = [percent_over_seeds([None if r is None else r[name] for r in results[d]]) for d in args.datasets for name, _ in COLUMNS]
         lines.append(f"| {algorithm} | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
     command = shlex.join(["python", "benchmarks/graph_baselines.py", *sys.argv[1:]])

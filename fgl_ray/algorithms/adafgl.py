@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
+from fgl_ray.algorithms.base import ALGORITHMS, NODE_BACKBONES, Algorithm, ClientContext
 from fgl_ray.algorithms.fedgta import propagate_labels
 from fgl_ray.messages import Broadcast, ClientUpdate
 
@@ -136,7 +136,7 @@ class AdaFGL(Algorithm):
     """FedAvg, then each client's own knowledge-guided adaptive propagation."""
 
     tasks = ("node-classification",)
-    models = ("gcn", "sage", "pmlp_gcn", "mlp")
+    models = NODE_BACKBONES
 
     class Options(Algorithm.Options):
         federated_rounds: int | None = Field(None, ge=1, description="stage-1 rounds (default: half the run's)")

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from fgl_ray.tasks import Task
 
 ALGORITHMS: Registry[type["Algorithm"]] = Registry("algorithm")
+#: The single-graph node backbones (an algorithm that rewires or augments the input graph takes these).
+NODE_BACKBONES = ("gcn", "sage", "pmlp_gcn", "mlp")
 
 
 @dataclass

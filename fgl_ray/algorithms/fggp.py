@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
+from fgl_ray.algorithms.base import ALGORITHMS, NODE_BACKBONES, Algorithm, ClientContext
 from fgl_ray.algorithms.finch import finch
 from fgl_ray.algorithms.prototypes import training_phase
 from fgl_ray.messages import Broadcast, ClientUpdate
@@ -168,7 +168,7 @@ class FGGP(Algorithm):
     """Generalisable prototypes: a kNN-augmented view, prototype alignment, clustered prototype banks."""
 
     tasks = ("node-classification",)
-    models = ("gcn", "sage", "pmlp_gcn", "mlp")
+    models = NODE_BACKBONES
 
     class Options(Algorithm.Options):
         neighbours: int = Field(3, ge=1, description="k of the global-knowledge kNN graph")

@@ -40,7 +40,7 @@ from pydantic import Field
 from torch import Tensor
 from torch_geometric.utils import add_remaining_self_loops, dropout_edge, softmax
 
-from fgl_ray.algorithms.base import ALGORITHMS, Algorithm, ClientContext
+from fgl_ray.algorithms.base import ALGORITHMS, NODE_BACKBONES, Algorithm, ClientContext
 from fgl_ray.algorithms.prototypes import training_phase
 from fgl_ray.messages import Broadcast
 from fgl_ray.models.base import quiet_sparse_warnings
@@ -99,7 +99,7 @@ class FGSSL(Algorithm):
     """Cross-entropy plus node-level contrast and neighbourhood distillation against the global model."""
 
     tasks = ("node-classification",)
-    models = ("gcn", "sage", "pmlp_gcn", "mlp")
+    models = NODE_BACKBONES
 
     class Options(Algorithm.Options):
         lam: float = Field(1.5, ge=0.0, description="weight of the node-level semantic calibration (FNSC)")
