@@ -156,7 +156,8 @@ def grid_tables(dataset: str, task: str, methods: dict, rates, clients, args, da
                   for label, by_column in results.items()}
         header = (f"| {dataset}: {task} ({metric}, {TASK_MISSING[task]}-level) | "
                   + " | ".join(f"K={k} ρ={r}" for k, r in columns) + " |\n|---|" + "---|" * len(columns) + "\n")
-        lines = [f"| {label} | " + " | ".join(percent_over_seeds(picked[label][c]) for c in columns) + " |" for label in picked]
+        lines = [f"| {label} | " + " | ".join(percent_over_seeds(picked[label][c]) for c in columns) + " |"
+                 for label in picked]
         if "FedMGS" in picked and len(picked) > 1:
             margins = []
             for c in columns:
