@@ -454,16 +454,16 @@ def _check_task(config: ExperimentConfig, spec) -> None:
     if "modality_dims" in model_options(config.model) and not spec.multimodal:
         raise ValueError(f"model {config.model!r} reads two modalities, but {config.dataset!r} is not a multimodal "
                          "graph; use synthetic-mm, cora-mm, citeseer-mm or mm:<folder>, or another model")
-    needed = algorithm.models
-    if needed is not None and config.model not in needed:
-        raise ValueError(f"algorithm {config.algorithm!r} needs the model {' or '.join(needed)}, got {config.model!r}; "
-                         f"use --model {needed[0]}")
     for kind, name, registry in (("algorithm", config.algorithm, ALGORITHMS), ("model", config.model, MODELS)):
         supported = registry.get(name).tasks
         if task not in supported:
             others = [n for n in registry.names() if task in registry.get(n).tasks]
             raise ValueError(f"{kind} {name!r} does not support task {task!r} (it supports {', '.join(supported)}); "
                              f"{kind}s for {task}: {', '.join(others)}")
+    needed = algorithm.models
+    if needed is not None and config.model not in needed:
+        raise ValueError(f"algorithm {config.algorithm!r} needs the model {' or '.join(needed)}, got {config.model!r}; "
+                         f"use --model {needed[0]}")
 
 
 def _is_numeric(annotation: Any) -> bool:
