@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
 from torch_geometric.nn import GCNConv
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from fgl_ray.models.base import MODELS, ConvStack, layer_dims
 
@@ -12,7 +14,8 @@ from fgl_ray.models.base import MODELS, ConvStack, layer_dims
 class GCN(ConvStack):
     """GCNConv -> ReLU -> dropout per hidden layer, then a GCNConv classifier.
 
-    The normalised adjacency is cached: one instance serves one client's fixed graph.
+    The normalised adjacency is computed once per graph and shared by the layers; a call with
+    another ``edge_index`` tensor (an augmented view, a rewired graph) normalises that one instead.
     """
 
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
@@ -20,5 +23,23 @@ class GCN(ConvStack):
         super().__init__()
         dims = layer_dims(in_dim, num_classes, hidden, num_layers)
         self.representation_dim = dims[-1][0]
-        self.convs = nn.ModuleList(GCNConv(a, b, cached=True) for a, b in dims)
+        self.convs = nn.ModuleList(GCNConv(a, b, normalize=False) for a, b in dims)
         self.dropout = dropout
+        self._graph: tuple[Tensor, Tensor, Tensor] | None = None
+
+    def normalised(self, edge_index: Tensor, num_nodes: int, dtype) -> tuple[Tensor, Tensor]:
+        """``D^-1/2 (A + I) D^-1/2`` of ``edge_index`` as (edges, weights), cached for that tensor (held,
+        so that its identity cannot pass to another graph)."""
+        if self._graph is None or self._graph[0] is not edge_index:
+            index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
+            self._graph = (edge_index, index, weight)
+        return self._graph[1], self._graph[2]
+
+    def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        index, weight = self.normalised(edge_index, x.shape[0], x.dtype)
+        for conv in self.convs[:-1]:
+            x = F.dropout(F.relu(conv(x, index, weight)), self.dropout, self.training)
+        return x
+
+    def classify(self, h: Tensor, edge_index: Tensor) -> Tensor:
+        return self.convs[-1](h, *self.normalised(edge_index, h.shape[0], h.dtype))

@@ -17,20 +17,21 @@ from fgl_ray.models.base import MODELS, GraphModel, layer_dims, quiet_sparse_war
 
 
 class NormalisedAdjacency:
-    """Caches the self-looped, symmetric-normalised adjacency of one graph as a sparse matrix."""
+    """Caches the self-looped, symmetric-normalised adjacency of one graph as a sparse matrix; another
+    ``edge_index`` tensor (an augmented view) is normalised anew. The cached tensor is held, so that
+    its identity cannot pass to another graph."""
 
     def __init__(self) -> None:
-        self._key: tuple | None = None
+        self._edge_index: Tensor | None = None
         self._matrix: Tensor | None = None
 
     def __call__(self, edge_index: Tensor, num_nodes: int) -> Tensor:
-        key = (edge_index.data_ptr(), edge_index.shape[1], num_nodes)
-        if key != self._key:
+        if edge_index is not self._edge_index or self._matrix.shape[0] != num_nodes:
             index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
             with quiet_sparse_warnings():
                 matrix = torch.sparse_coo_tensor(index.flip(0), weight, (num_nodes, num_nodes))
                 self._matrix = matrix.coalesce().to_sparse_csr()
-            self._key = key
+            self._edge_index = edge_index
         return self._matrix
 
 
