@@ -133,3 +133,16 @@ def test_runs_on_the_multimodal_backbone_as_fedmgs_compares_it(tmp_path):
     frame = read_metrics(run_experiment(config, build_federated_data(config), progress=False).run_dir)
     assert (frame[frame.metric == "failed"]).empty
     assert sorted(frame[(frame.split == "test") & (frame.metric == "accuracy")]["round"].unique()) == [0, 1]
+
+
+def test_a_client_that_sits_a_round_out_keeps_its_model(make_config, tiny_data):
+    server = _server(make_config, tiny_data, num_moments=1, moment_type="raw", accept_alpha=-1.0)
+    m = torch.tensor([[1.0, 0.0, 0.0]])
+    server.algorithm.aggregate(server, _hand_updates(server, [m, m, m], [1.0, 1.0, 1.0]))
+    kept = server.models[personal_key(2)].params.clone()
+    lr, size = server.config.lr, server.layout.size
+    second = [ClientUpdate(k, personal_key(k), 10, -torch.ones(size) / lr, server.models[GLOBAL].buffers,
+                           {"moments": m, "confidence": torch.tensor([1.0])}) for k in (0, 1)]
+    server.algorithm.aggregate(server, second)
+    assert torch.equal(server.models[personal_key(2)].params, kept)
+    torch.testing.assert_close(server.models[personal_key(0)].params, kept + 1)   # all three started equal
