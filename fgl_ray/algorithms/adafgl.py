@@ -44,6 +44,7 @@ from torch import Tensor, nn
 
 from fgl_ray.algorithms.base import ALGORITHMS, NODE_BACKBONES, Algorithm, ClientContext
 from fgl_ray.algorithms.fedgta import propagate_labels
+from fgl_ray.algorithms.fggp import symmetric_normalised
 from fgl_ray.messages import Broadcast, ClientUpdate
 
 SIMILAR = 0.999          # the knowledge graph's threshold on prediction similarity (the authors')
@@ -51,13 +52,6 @@ HCS_SWITCH = 0.9         # ``combine: switch``: the homophilous module from this
 LP_STEPS, LP_ALPHA = 10, 0.5
 PROP_STEPS = 3
 HIDDEN = 64
-
-
-def normalised(matrix: Tensor) -> Tensor:
-    """``D^-1/2 (M + I) D^-1/2`` of a dense matrix, ``D`` the row sums of ``M + I``."""
-    matrix = matrix + torch.eye(matrix.shape[0], device=matrix.device, dtype=matrix.dtype)
-    degree = matrix.sum(1).rsqrt()
-    return degree.unsqueeze(1) * matrix * degree.unsqueeze(0)
 
 
 def softmax_cosine(e: Tensor) -> Tensor:
@@ -182,7 +176,8 @@ class AdaFGL(Algorithm):
         adjacency = torch.zeros(n, n, device=x.device)
         adjacency[edge_index[0], edge_index[1]] = 1.0
         b = (softmax_cosine(p) > SIMILAR).float()
-        mixed = normalised(self.options.mix * adjacency + (1 - self.options.mix) * b)
+        mixed = symmetric_normalised(self.options.mix * adjacency + (1 - self.options.mix) * b
+                                     + torch.eye(n, device=x.device))
         hops = [x]
         for _ in range(PROP_STEPS):
             hops.append(mixed @ hops[-1])

@@ -135,7 +135,7 @@ class FedGTA(Algorithm):
         similarity = F.cosine_similarity(vectors.unsqueeze(1), vectors.unsqueeze(0), dim=2)
         weights = torch.tensor([float(u.stats["confidence"]) if self.options.weights == "confidence"
                                 else float(u.num_samples) for u in updates], dtype=torch.float64)
-        for i, members in zip(range(len(updates)), accepted(similarity, self.options.accept_alpha)):
+        for i, members in enumerate(accepted(similarity, self.options.accept_alpha)):
             client = updates[i].client_id
             key = personal_key(client)
             current = server.models[updates[i].model_key]

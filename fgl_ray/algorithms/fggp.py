@@ -84,6 +84,12 @@ def dense_adjacency(edge_index: Tensor, n: int) -> Tensor:
     return adjacency
 
 
+def symmetric_normalised(matrix: Tensor) -> Tensor:
+    """``D^-1/2 M D^-1/2`` of a dense matrix, ``D`` its row sums."""
+    degree = matrix.sum(1).rsqrt()
+    return degree.unsqueeze(1) * matrix * degree.unsqueeze(0)
+
+
 class EdgeGenerator(nn.Module):
     """GAug's edge model: ``H = relu(A_n (A_n X W1) W2)``, logits ``S = H H^T`` (``A_n`` symmetric-normalised)."""
 
@@ -93,8 +99,7 @@ class EdgeGenerator(nn.Module):
         self.second = nn.Linear(hidden, hidden, bias=False)
 
     def forward(self, x: Tensor, adjacency: Tensor) -> Tensor:
-        degree = adjacency.sum(1).rsqrt()
-        normalised = degree.unsqueeze(1) * adjacency * degree.unsqueeze(0)
+        normalised = symmetric_normalised(adjacency)
         h = normalised @ self.first(x.to_dense() if x.layout != torch.strided else x)
         h = torch.relu(normalised @ self.second(h))
         return h @ h.T
@@ -192,15 +197,13 @@ class FGGP(Algorithm):
                              f"{x.shape[0]} (> {MAX_DENSE_NODES}); use more clients, or algorithm_options "
                              "{augmentor: false} (the joined kNN graph as the second view)")
         ctx.state["fggp_generator"] = EdgeGenerator(x.shape[1], ctx.model.representation_dim).to(ctx.device)
-        ctx.state["fggp_global"] = copy.deepcopy(ctx.model)
 
     def receive(self, ctx: ClientContext, broadcast: Broadcast) -> None:
         """Loads the model; rebuilds the joined graph from it every ``knn_frequency`` rounds."""
         super().receive(ctx, broadcast)
         if broadcast.round % self.options.knn_frequency == 0 or "fggp_joined" not in ctx.state:
-            ctx.state["fggp_global"].load_state_dict(ctx.model.state_dict())
             data = ctx.data
-            with torch.no_grad(), training_phase(ctx.state["fggp_global"]) as model:
+            with torch.no_grad(), training_phase(ctx.model) as model:        # the model just received
                 h = ctx.task.encode(model, data)
             edges = torch.cat([data.edge_index, knn_edges(h, self.options.neighbours)], dim=1)
             ctx.state["fggp_joined"] = torch.unique(edges, dim=1)
