@@ -139,8 +139,10 @@ class Algorithm:
         """Statistics sent with the update; must match :meth:`declared_stats`."""
         return {}
 
-    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
-        """Name -> shape of every statistic a client may upload (never node-count dependent)."""
+    def declared_stats(self, num_classes: int, hidden: int, num_features: int) -> dict[str, tuple[int, ...]]:
+        """Name -> shape of every statistic a client may upload (never node-count dependent); the
+        arguments are the federation's class count, the backbone's representation width and the
+        input feature width."""
         return {}
 
     # ------------------------------------------------------------------ server side

@@ -44,7 +44,7 @@ class FedAvgFill(Algorithm):
         sums = torch.cat([(view * available[:, m:m + 1]).sum(0) for m, view in enumerate(views)])
         return {"feature_sums": sums, "feature_counts": available.sum(0).to(sums.dtype)}
 
-    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    def declared_stats(self, num_classes: int, hidden: int, num_features: int) -> dict[str, tuple[int, ...]]:
         return {"feature_sums": (sum(self.widths()),), "feature_counts": (2,)}
 
     def setup_server(self, server) -> None:

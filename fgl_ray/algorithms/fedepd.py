@@ -248,7 +248,7 @@ class FedEPD(Algorithm):
         sums, counted = class_sums(h, ctx.data.y, ctx.state["elites"], ctx.num_classes)
         return {"elite_sums": sums, "elite_counts": counted}
 
-    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    def declared_stats(self, num_classes: int, hidden: int, num_features: int) -> dict[str, tuple[int, ...]]:
         if not self.options.consensus:
             return {}
         return {"elite_sums": (num_classes, hidden), "elite_counts": (num_classes,)}

@@ -105,7 +105,7 @@ class FedGTA(Algorithm):
     def moment_rows(self) -> int:
         return self.options.num_moments * (2 if self.options.moment_type == "hybrid" else 1)
 
-    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    def declared_stats(self, num_classes: int, hidden: int, num_features: int) -> dict[str, tuple[int, ...]]:
         return {"moments": (self.moment_rows(), num_classes), "confidence": (1,)}
 
     @torch.no_grad()

@@ -272,7 +272,7 @@ class FedMGS(Algorithm):
         banks, counts = zip(*(class_means(raw[m], y, mask & available[:, m], ctx.num_classes) for m in range(2)))
         return {"prototypes": torch.stack(banks), "counts": torch.stack(counts)}
 
-    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    def declared_stats(self, num_classes: int, hidden: int, num_features: int) -> dict[str, tuple[int, ...]]:
         if not self.options.prototype_synthesis:
             return {}
         return {"prototypes": (2, num_classes, self.config.hidden), "counts": (2, num_classes)}

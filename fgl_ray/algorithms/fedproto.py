@@ -89,7 +89,7 @@ class FedProto(Algorithm):
         means, counts = class_means(z, y, None, ctx.num_classes)
         return {"prototypes": means, "counts": counts}
 
-    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    def declared_stats(self, num_classes: int, hidden: int, num_features: int) -> dict[str, tuple[int, ...]]:
         return {"prototypes": (num_classes, hidden), "counts": (num_classes,)}
 
     # ------------------------------------------------------------------ server side

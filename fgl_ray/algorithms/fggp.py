@@ -273,7 +273,7 @@ class FGGP(Algorithm):
         prototypes, weights = weighted_prototypes(z, probs, train, y, ctx.num_classes)
         return {"prototypes": prototypes, "weights": weights}
 
-    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    def declared_stats(self, num_classes: int, hidden: int, num_features: int) -> dict[str, tuple[int, ...]]:
         return {"prototypes": (num_classes, hidden), "weights": (num_classes,)}
 
     @torch.no_grad()

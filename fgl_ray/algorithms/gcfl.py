@@ -227,7 +227,7 @@ class GCFLPlus(GCFL):
         norm = torch.cat(grads).norm() if grads else torch.zeros(())
         return {GRADIENT_NORM: norm.reshape(1)}
 
-    def declared_stats(self, num_classes: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    def declared_stats(self, num_classes: int, hidden: int, num_features: int) -> dict[str, tuple[int, ...]]:
         return {GRADIENT_NORM: (1,)} if self.options.sequence == "gradient_norm" else {}
 
     # ------------------------------------------------------------------ server side

@@ -62,6 +62,7 @@ class ServerRuntime:
         self.config = config
         self.pool = pool
         self.client_ids = sorted(client_ids)
+        self.num_features = num_features
         self.num_classes = num_classes
         torch.manual_seed(derive_seed(config.seed, -1))
         model = build_config_model(config, num_features, num_classes)
@@ -73,7 +74,7 @@ class ServerRuntime:
         self.aggregator = build_aggregator(config.aggregator, config.aggregator_options, self.layout, self.client_ids,
                                            config.local_epochs)
         self.aggregation_weights: dict[int, float] = {}
-        self.declared = self.algorithm.declared_stats(num_classes, model.representation_dim)
+        self.declared = self.algorithm.declared_stats(num_classes, model.representation_dim, num_features)
         self.rng = np.random.default_rng(derive_seed(config.seed, -2))
         self.round_index = -1
         self.algorithm.setup_server(self)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from fgl_ray.algorithms.fedepd_graph import logit_margins, purify_edges, select_elites
 from fgl_ray.messages import ClientUpdate, check_update
 
-from .conftest import HIDDEN, NUM_CLASSES
+from .conftest import HIDDEN, NUM_CLASSES, NUM_FEATURES
 
 
 def prototype_stats(seed: int = 7, present=(True, True, True)):
@@ -44,7 +44,7 @@ def test_ablating_purification_keeps_the_original_graph(make_config, make_contex
 def test_upload_holds_only_class_sums_and_counts_over_the_elites(make_config, make_context, ring_graph):
     config = make_config("fedepd", algorithm_options={"rho": 0.5})
     algorithm, ctx = make_context(config, ring_graph(0))
-    declared = algorithm.declared_stats(NUM_CLASSES, HIDDEN)
+    declared = algorithm.declared_stats(NUM_CLASSES, HIDDEN, NUM_FEATURES)
     assert declared == {"elite_sums": (NUM_CLASSES, HIDDEN), "elite_counts": (NUM_CLASSES,)}
     stats = algorithm.upload(ctx)
     assert {k: tuple(v.shape) for k, v in stats.items()} == declared       # nothing node-level
@@ -64,7 +64,7 @@ def test_upload_holds_only_class_sums_and_counts_over_the_elites(make_config, ma
 
 def test_the_consensus_ablation_uploads_nothing(make_config, make_context):
     algorithm, ctx = make_context(make_config("fedepd", algorithm_options={"consensus": False}))
-    assert algorithm.declared_stats(NUM_CLASSES, HIDDEN) == {} and algorithm.upload(ctx) == {}
+    assert algorithm.declared_stats(NUM_CLASSES, HIDDEN, NUM_FEATURES) == {} and algorithm.upload(ctx) == {}
 
 
 def test_server_prototypes_are_sums_over_counts_of_the_clients_that_have_the_class(make_config):

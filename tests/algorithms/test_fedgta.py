@@ -11,6 +11,8 @@ from fgl_ray.results import read_metrics
 from fgl_ray.runtime import run_experiment
 from fgl_ray.runtime.local_backend import LocalBackend
 
+from .conftest import NUM_FEATURES
+
 NUM_CLASSES = 3
 
 
@@ -67,7 +69,7 @@ def test_uploaded_statistics_have_declared_shapes_whatever_the_node_count(make_c
     for n in (24, 240):
         algorithm, ctx = make_context(config, ring_graph(0, n=n))
         stats = algorithm.upload(ctx)
-        declared = algorithm.declared_stats(NUM_CLASSES, config.hidden)
+        declared = algorithm.declared_stats(NUM_CLASSES, config.hidden, NUM_FEATURES)
         check_update(ClientUpdate(0, GLOBAL, 1, torch.zeros(1), torch.zeros(0), stats), 1, 0, declared)
         shapes.add(tuple((k, tuple(v.shape)) for k, v in sorted(stats.items())))
         assert float(stats["confidence"]) >= 0

@@ -5,7 +5,7 @@ from fgl_ray.algorithms import ALGORITHMS
 from fgl_ray.algorithms.prototypes import class_means, class_sums, merge_prototypes
 from fgl_ray.messages import GLOBAL, ClientUpdate, check_update
 
-NUM_CLASSES, HIDDEN = 3, 8
+NUM_CLASSES, HIDDEN, NUM_FEATURES = 3, 8, 6
 
 
 def test_default_lambda_is_openfgl():
@@ -72,7 +72,7 @@ def test_uploads_have_exactly_the_declared_shapes(make_config, make_client, ring
     config = make_config("fedproto")
     client = make_client(config, ring_graph(2, classes=(1, 2)))
     update = client.train(broadcast_of(client.ctx.model))
-    declared = client.algorithm.declared_stats(NUM_CLASSES, config.hidden)
+    declared = client.algorithm.declared_stats(NUM_CLASSES, config.hidden, NUM_FEATURES)
     assert {k: tuple(v.shape) for k, v in update.stats.items()} == declared
     check_update(update, update.update.numel(), update.buffers.numel(), declared)
     data = client.ctx.data

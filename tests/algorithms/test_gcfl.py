@@ -147,7 +147,7 @@ def test_gcfl_plus_sequences_default_to_the_uploaded_gradient_norms(tmp_path, ti
                for u in _opposed_updates(server)]
     _aggregate(server, updates, round_index=3)
     assert server.algorithm.sequences == {c: [c + 0.5] for c in range(6)}
-    assert server.algorithm.declared_stats(2, 8) == {GRADIENT_NORM: (1,)}
+    assert server.algorithm.declared_stats(2, 8, 5) == {GRADIENT_NORM: (1,)}
 
 
 def _trained_client(tmp_path, data, loss_scale):
