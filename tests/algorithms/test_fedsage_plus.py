@@ -1,0 +1,139 @@
+"""FedSage+: hiding and its targets, the mending, the matched and cross-subgraph losses, the banks, the limit."""
+
+import torch
+
+from fgl_ray.algorithms.fedsage_plus import (bank_loss, hide_nodes, matched_feature_loss, mend, missing_neighbours,
+                                             neighbour_bank, used_slots)
+from fgl_ray.messages import GLOBAL
+
+from .conftest import NUM_FEATURES, ring_graph
+
+
+def path_graph(n: int):
+    """0 - 1 - ... - n-1 (both directions), features ``x[v] = v``."""
+    src = torch.arange(n - 1)
+    edges = torch.stack([src, src + 1])
+    return torch.arange(n, dtype=torch.float32).unsqueeze(1).repeat(1, 2), torch.cat([edges, edges.flip(0)], dim=1)
+
+
+def test_hidden_nodes_come_only_from_outside_train_and_test():
+    train = torch.tensor([True, True, False, False, False, False, False, False, True, False])
+    test = torch.tensor([False, False, True, False, False, False, False, False, False, True])
+    hidden = hide_nodes(train, test, 0.5, torch.Generator().manual_seed(0))
+    assert int(hidden.sum()) == 2 and not bool((hidden & (train | test)).any())
+    assert not hide_nodes(train, test, 0.0, torch.Generator()).any()
+
+
+def test_missing_neighbours_count_every_hidden_neighbour_and_keep_up_to_num_pred_of_their_features():
+    x, edge_index = path_graph(6)
+    hub = torch.stack([torch.zeros(4, dtype=torch.long), torch.tensor([2, 3, 4, 5])])
+    edge_index = torch.cat([edge_index, hub, hub.flip(0)], dim=1)
+    hidden = torch.tensor([False, False, True, True, True, False])
+    counts, targets = missing_neighbours(x, edge_index, hidden, 2, torch.Generator().manual_seed(0))
+    assert counts.tolist() == [3, 1, 0, 0, 0, 1]      # node 0 lost 2, 3 and 4; node 1 lost 2; node 5 lost 4
+    assert set(targets[0, :, 0].tolist()) <= {2.0, 3.0, 4.0} and len(set(targets[0, :, 0].tolist())) == 2
+    assert targets[1, 0, 0] == 2 and targets[1, 1].abs().sum() == 0 and targets[5, 0, 0] == 4
+    assert targets[2:5].abs().sum() == 0
+
+
+def test_mending_appends_used_slots_as_neighbours_linked_both_ways():
+    x, edge_index = path_graph(3)
+    generated = torch.arange(3 * 2 * 2, dtype=torch.float32).view(3, 2, 2) + 100
+    slots = used_slots(torch.tensor([1.7, 0.4, 5.0]), 2)
+    assert slots.tolist() == [[True, False], [False, False], [True, True]]
+    owners = torch.tensor([0, 1, 2])
+    mended_x, mended_edges = mend(x, edge_index, owners, slots, generated)
+    assert mended_x.shape == (6, 2)
+    torch.testing.assert_close(mended_x[3:], torch.stack([generated[0, 0], generated[2, 0], generated[2, 1]]))
+    added = {tuple(e) for e in mended_edges[:, edge_index.shape[1]:].T.tolist()}
+    assert added == {(0, 3), (3, 0), (2, 4), (4, 2), (2, 5), (5, 2)}
+    _, shifted = mend(x, edge_index, torch.tensor([2, 0, 1]), slots, generated)   # rows of an impaired graph
+    assert {tuple(e) for e in shifted[:, edge_index.shape[1]:].T.tolist()} >= {(2, 3), (1, 4), (1, 5)}
+
+
+def test_matched_feature_loss_takes_the_nearest_known_hidden_neighbour_per_used_slot():
+    torch.manual_seed(0)
+    n, p, f = 5, 3, 4
+    generated, targets = torch.randn(n, p, f), torch.randn(n, p, f)
+    counts = torch.tensor([3.0, 1.0, 2.0, 0.0, 3.0])
+    missing = torch.tensor([2, 5, 0, 1, 1])
+    slots = used_slots(counts, p)
+    expected = torch.zeros(())
+    for v in range(n):
+        for s in range(int(counts[v])):
+            if missing[v] > 0:
+                expected += min(((generated[v, s] - targets[v, k]) ** 2).mean() for k in range(min(int(missing[v]), p)))
+    torch.testing.assert_close(matched_feature_loss(generated, slots, targets, missing), expected / (n * p))
+    exact = targets.clone()
+    assert float(matched_feature_loss(exact, torch.ones(n, p, dtype=torch.bool), exact, torch.full((n,), p))) < 1e-6
+
+
+def test_bank_loss_is_the_distance_to_the_nearest_bank_row_and_reaches_only_the_generated_features():
+    torch.manual_seed(1)
+    generated = torch.randn(4, 2, 3, requires_grad=True)
+    bank = torch.randn(7, 3)
+    slots = torch.tensor([[True, True], [True, False], [False, False], [True, True]])
+    expected = sum(min(((generated[v, s] - b) ** 2).mean() for b in bank)
+                   for v in range(4) for s in range(2) if slots[v, s]) / 8
+    loss = bank_loss(generated, slots, bank)
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    assert generated.grad[2].abs().sum() == 0 and generated.grad[1, 1].abs().sum() == 0
+    assert generated.grad[0].abs().sum() > 0
+
+
+def test_the_neighbour_bank_holds_neighbour_features_and_its_shape_ignores_the_node_count():
+    torch.manual_seed(2)
+    for n in (8, 80):
+        x, edge_index = path_graph(n)
+        isolated_x = torch.cat([x, torch.full((1, 2), -1.0)])        # an isolated node is never a centre
+        bank = neighbour_bank(isolated_x, edge_index, 6, 4)
+        assert bank.shape == (24, 2) and bool((bank >= 0).all())
+
+
+def test_stage_one_trains_the_generator_with_the_other_clients_banks_then_stage_two_mends_the_graph(
+        make_config, tiny_data, run_local):
+    config = make_config("fedsage_plus", model="sage", rounds=4,
+                         algorithm_options={"gen_rounds": 2, "bank_nodes": 3, "num_pred": 2, "latent": 8})
+    backend = run_local(config, tiny_data, 1)
+    algorithm = backend.server.algorithm
+    assert sorted(algorithm.banks) == [0, 1, 2] and algorithm.banks[0].shape == (6, NUM_FEATURES)
+    stats = algorithm.server_stats(backend.server)
+    assert stats["banks"].shape == (3, 6, NUM_FEATURES) and stats["bank_owners"].tolist() == [0, 1, 2]
+    for each in backend.host.clients.values():          # every node predicts 3 missing neighbours: 2 slots used
+        generator = each.ctx.state["fedsage"]["neighgen"]
+        generator.count.weight.data.zero_(), generator.count.bias.data.fill_(3.0)
+    client = backend.host.clients[0]
+    before = [p.detach().clone() for p in client.ctx.state["fedsage"]["neighgen"].parameters()]
+    result = backend.run_round(1)
+    assert all(metrics["cross_loss"] > 0 for metrics in result.updates.values())
+    after = list(client.ctx.state["fedsage"]["neighgen"].parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after))
+    result = backend.run_round(2)
+    assert "cross_loss" not in result.updates[0] and algorithm.server_stats(backend.server) == {}
+    n = client.ctx.data.num_nodes
+    mended_x, mended_edges = client.ctx.state["fedsage"]["mended"]
+    assert mended_x.shape[0] >= n and mended_edges.shape[1] - client.ctx.data.edge_index.shape[1] == 2 * (
+        mended_x.shape[0] - n)
+    assert client.algorithm.predict(client.ctx, client.ctx.data).shape == (n, 3)
+
+
+def test_without_hidden_nodes_or_generated_neighbours_it_is_fedavg_of_the_classifier(make_config, tiny_data,
+                                                                                      run_local):
+    """FedSage+ with ``hidden_portion`` 0 and ``num_pred`` 0 is FedSage: FedAvg of GraphSAGE."""
+    common = dict(model="sage", rounds=4, dropout=0.0)
+    fedavg = run_local(make_config("fedavg", **common), tiny_data, 4).server
+    plus = run_local(make_config("fedsage_plus", **common, algorithm_options={
+        "gen_rounds": 2, "hidden_portion": 0.0, "num_pred": 0, "latent": 8}), tiny_data, 4).server
+    torch.testing.assert_close(plus.models[GLOBAL].params, fedavg.models[GLOBAL].params)
+
+
+def test_a_client_hides_half_its_eligible_nodes_and_keeps_every_training_node(make_config, make_context):
+    graph = ring_graph(0, n=40)
+    algorithm, ctx = make_context(make_config("fedsage_plus", model="sage"), graph)
+    kept = ctx.state["fedsage"]["kept"]
+    data = graph.data
+    eligible = int((~data.train_mask & ~data.test_mask).sum())
+    assert kept.numel() == data.num_nodes - eligible // 2
+    assert bool(data.train_mask[kept].sum() == data.train_mask.sum())
+    assert ctx.state["fedsage"]["targets"].shape == (kept.numel(), 5, NUM_FEATURES)
