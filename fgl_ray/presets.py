@@ -62,17 +62,23 @@ MULTIMODAL_DEFAULTS: dict[str, Any] = {
 
 def apply_task_defaults(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` over the defaults of its dataset's kind (an algorithm with a dataset of its own,
-    FedMGS's ``synthetic-mm``, takes it when none is named): for graph classification
+    FedMGS's ``synthetic-mm``, takes it when none is named, and one that needs a backbone other
+    than the default ``gcn``, FedSPA's ``acm_gcn``, takes its first): for graph classification
     :data:`GRAPH_CLASSIFICATION_DEFAULTS` and the partition (``chunks`` for one dataset,
     ``datasets`` for a group), for multimodal graphs :data:`MULTIMODAL_DEFAULTS`; other node
     datasets keep the field defaults."""
     from fgl_ray.algorithms import ALGORITHMS
+    from fgl_ray.config import ExperimentConfig
     from fgl_ray.data.datasets import dataset_spec
     from fgl_ray.registry import UnknownNameError
 
-    if "dataset" not in values and values.get("algorithm") in ALGORITHMS:
-        own = ALGORITHMS.get(values["algorithm"]).default_dataset
-        values = values | ({"dataset": own} if own else {})
+    if values.get("algorithm") in ALGORITHMS:
+        algorithm = ALGORITHMS.get(values["algorithm"])
+        if "dataset" not in values and algorithm.default_dataset:
+            values = values | {"dataset": algorithm.default_dataset}
+        default_model = ExperimentConfig.model_fields["model"].default
+        if "model" not in values and algorithm.models and default_model not in algorithm.models:
+            values = values | {"model": algorithm.models[0]}
     try:
         spec = dataset_spec(values.get("dataset", "synthetic"))
     except UnknownNameError:

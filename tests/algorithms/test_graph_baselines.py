@@ -7,7 +7,7 @@ import pytest
 from fgl_ray.results import read_metrics
 from fgl_ray.runtime import run_experiment
 
-GRAPH_BASELINES = ("adafgl", "fedgta", "fedsage_plus", "fggp", "fgssl")
+GRAPH_BASELINES = ("adafgl", "fedgta", "fedsage_plus", "fedspa", "fedtad", "fggp", "fgssl")
 
 
 @pytest.mark.parametrize("backend", ["local", "ray"])

@@ -56,6 +56,10 @@ def crashed_and_resumed(make, data, crash_round: int, **changes):
     {"algorithm": "fggp"},                                      # kNN view, edge generator, prototype banks
     {"algorithm": "adafgl", "algorithm_options": {"federated_rounds": 2}},   # resumes in stage 2
     {"algorithm": "fedsage_plus", "algorithm_options": {"gen_rounds": 3, "latent": 8}},  # generators, banks, mending
+    {"algorithm": "fedspa", "fraction_fit": 0.67},              # edge types, energies, HBDA reports, sampling
+    {"algorithm": "fedspa", "aggregator": "fedia"},             # FedIA (repl.)
+    {"algorithm": "fedtad", "aggregator": "fedia"},             # server generator and Adams, FedIA's alpha
+    {"algorithm": "fedtad", "algorithm_options": {"topology": "walk_ids"}, "fraction_fit": 0.67},
 ])
 def test_a_crashed_and_resumed_run_equals_the_uninterrupted_one(tiny_config, tiny_data, changes):
     whole, resumed = crashed_and_resumed(tiny_config, tiny_data, 2, backend="local", rounds=6, **changes)
