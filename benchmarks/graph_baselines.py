@@ -45,23 +45,29 @@ COLUMNS = (("pooled", "all"), ("client avg", "avg_over_clients"))
 
 
 def node_methods() -> list[str]:
-    """The registered algorithms that classify the nodes of a plain graph (not only multimodal ones)."""
-    return [name for name in ALGORITHMS.names()
-            if "node-classification" in ALGORITHMS.get(name).tasks and backbone(name) != "mm_gnn"]
+    """The registered algorithms that classify the nodes of a plain graph (not only multimodal ones),
+    and FedAvg on each other backbone a method is built on (``fedavg@sage`` is FedSage+'s FedSage)."""
+    names = [name for name in ALGORITHMS.names()
+             if "node-classification" in ALGORITHMS.get(name).tasks and backbone(name) != "mm_gnn"]
+    return names + sorted({f"fedavg@{backbone(name)}" for name in names if backbone(name) != "gcn"})
 
 
-def backbone(algorithm: str) -> str:
-    """The protocol's GCN, or the backbone the method is built on (FedSage+'s GraphSAGE, FedSPA's ACM-GCN)."""
-    needed = ALGORITHMS.get(algorithm).models
+def backbone(method: str) -> str:
+    """``method``'s backbone: named after ``@``, else the protocol's GCN, or the backbone the algorithm is
+    built on (FedSage+'s GraphSAGE, FedSPA's ACM-GCN)."""
+    if "@" in method:
+        return method.split("@")[1]
+    needed = ALGORITHMS.get(method).models
     return "gcn" if needed is None or "gcn" in needed else needed[0]
 
 
-def run(dataset: str, algorithm: str, seed: int, args, data_cache: dict) -> dict[str, float] | None:
+def run(dataset: str, method: str, seed: int, args, data_cache: dict) -> dict[str, float] | None:
     """One federation's last-20 means (pooled and client-average accuracy); None if not run."""
-    values = PROTOCOL | {"model": backbone(algorithm), "dataset": dataset, "algorithm": algorithm, "seed": seed,
+    algorithm = method.split("@")[0]
+    values = PROTOCOL | {"model": backbone(method), "dataset": dataset, "algorithm": algorithm, "seed": seed,
                          "backend": "local",
                          "torch_threads": args.torch_threads, "output_dir": str(args.out), "overwrite": True,
-                         "run_name": f"{dataset}-louvain10-{algorithm}-s{seed}"}
+                         "run_name": f"{dataset}-louvain10-{method.replace('@', '-')}-s{seed}"}
     if args.data_dir:
         values["data_dir"] = str(args.data_dir)
     config = load_config(values)
@@ -85,7 +91,8 @@ def run(dataset: str, algorithm: str, seed: int, args, data_cache: dict) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
-    parser.add_argument("--methods", nargs="+", default=None, help="algorithms (default: every node method)")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help="algorithms, algorithm@backbone for another backbone (default: every node method)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--data-dir", type=Path, default=None)
@@ -97,10 +104,10 @@ def main() -> None:
     cache: dict = {}
     header = "| method | " + " | ".join(f"{d} {name}" for d in args.datasets for name, _ in COLUMNS) + " |"
     lines = [header, "|---|" + "---|" * (len(args.datasets) * len(COLUMNS))]
-    for algorithm in methods:
-        results = {d: [run(d, algorithm, seed, args, cache) for seed in range(args.seeds)] for d in args.datasets}
+    for method in methods:
+        results = {d: [run(d, method, seed, args, cache) for seed in range(args.seeds)] for d in args.datasets}
         cells = [percent_over_seeds([None if r is None else r[name] for r in results[d]]) for d in args.datasets for name, _ in COLUMNS]
-        label = algorithm if backbone(algorithm) == "gcn" else f"{algorithm} ({backbone(algorithm)})"
+        label = method if backbone(method) == "gcn" else f"{method.split('@')[0]} ({backbone(method)})"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
     command = shlex.join(["python", "benchmarks/graph_baselines.py", *sys.argv[1:]])

@@ -23,7 +23,7 @@ FedAvg (any aggregator) on the mended graph, which also serves its predictions.
 The neighbour bank is this port's fixed-size reading of the cross-subgraph exchange: during stage 1
 each client uploads the features of ``num_pred`` random neighbours of ``bank_nodes`` random nodes
 (``[bank_nodes * num_pred, F]``, whatever its node count) and the server broadcasts every client's
-latest bank. Both reference implementations (``zkhku/fedsage`` and OpenFGL's port) read such
+latest bank until stage 1's last round (whose banks nobody would read); the first round has none. Both reference implementations (``zkhku/fedsage`` and OpenFGL's port) read such
 samples straight from the other clients' graphs, so raw neighbour features do cross clients, as
 they do there; the paper's "gradients are shared" exchange of NeighGen weights and gradients would
 move ``K * |fGen|`` floats per client and round (15 million parameters per fGen on Cora).
@@ -36,10 +36,15 @@ nearest hidden neighbour (the references' loop compares against a fixed one firs
 distance is to the nearest bank entry (the paper's ``min`` over the other client's nodes; the
 references pair each node with one random node of the other client), mended edges go both ways
 (OpenFGL's go one way, so its generated nodes never reach the node they mend), the encoder is
-GraphSAGE (OpenFGL's; the authors' is a GCN), the classifier keeps training from stage 1 into stage 2
-(OpenFGL's; the authors' starts a fresh one) and the loss is not divided by the number of clients.
-NeighGen stays in the client's state (one per client, never averaged). ``gen_rounds`` is capped at
-half the run so that the mended graph is used.
+GraphSAGE (OpenFGL's; the authors' is a GCN), the classifier is averaged every round of stage 1 too
+and keeps training into stage 2 (OpenFGL averages it once, at stage 1's end; the authors' stage-1
+classifier stays local and stage 2 starts a fresh one), missing neighbours are counted once per
+distinct edge, and the loss is not divided by the number of clients. NeighGen stays in the client's
+state (one per client, never averaged) and is dropped, with its optimizer, once the mended graph
+exists; a client that sat out stage 1 mends with an untrained one (as in OpenFGL). ``gen_rounds``
+is capped at half the run so that the mended graph is used. The mended graph serves predictions from
+the evaluation that closes stage 1 on; with ``evaluate: local`` that evaluation does not receive the
+next round, so the switch comes one evaluation later.
 """
 
 from __future__ import annotations
@@ -139,11 +144,11 @@ def hide_nodes(train: Tensor, test: Tensor, portion: float, generator: torch.Gen
     return hidden
 
 
-def missing_neighbours(x: Tensor, edge_index: Tensor, hidden: Tensor, num_pred: int,
+def missing_neighbours(x: Tensor, edge_index: Tensor, hidden: Tensor, num_pred: int, rows: Tensor,
                        generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Per node: the number of its hidden neighbours, and the features of up to ``num_pred`` of them
-    (a random choice, zero-padded) as ``[N, num_pred, F]``."""
-    source, target = edge_index
+    """The number of hidden neighbours of each node ``[N]``, and for the nodes ``rows`` the features of
+    up to ``num_pred`` of them (a random choice, zero-padded), ``[len(rows), num_pred, F]``."""
+    source, target = torch.unique(edge_index, dim=1)
     lost = hidden[target] & ~hidden[source] & (source != target)
     source, target = source[lost], target[lost]
     shuffled = torch.randperm(source.numel(), generator=generator)
@@ -153,9 +158,11 @@ def missing_neighbours(x: Tensor, edge_index: Tensor, hidden: Tensor, num_pred: 
     counts = torch.bincount(source, minlength=x.shape[0])
     starts = torch.cumsum(counts, 0) - counts
     rank = torch.arange(source.numel()) - starts[source]
-    keep = rank < num_pred
-    targets = x.new_zeros(x.shape[0], num_pred, x.shape[1])
-    targets[source[keep], rank[keep]] = x[target[keep]]
+    position = torch.full((x.shape[0],), -1, dtype=torch.long)
+    position[rows] = torch.arange(rows.numel())
+    keep = (rank < num_pred) & (position[source] >= 0)
+    targets = x.new_zeros(rows.numel(), num_pred, x.shape[1])
+    targets[position[source[keep]], rank[keep]] = x[target[keep]]
     return counts, targets
 
 
@@ -171,8 +178,8 @@ def neighbour_bank(x: Tensor, edge_index: Tensor, nodes: int, num_pred: int) -> 
     counts = torch.bincount(source, minlength=x.shape[0])
     starts = torch.cumsum(counts, 0) - counts
     linked = counts.nonzero().flatten()
-    centres = linked[torch.randint(linked.numel(), (nodes,))].repeat_interleave(num_pred)
-    picks = starts[centres] + (torch.rand(centres.numel()) * counts[centres]).long()
+    centres = linked[torch.randint(linked.numel(), (nodes,), device=x.device)].repeat_interleave(num_pred)
+    picks = starts[centres] + (torch.rand(centres.numel(), device=x.device) * counts[centres]).long()
     return x[target[picks]]
 
 
@@ -210,15 +217,17 @@ class FedSagePlus(Algorithm):
         options, data = self.options, ctx.data
         x, edge_index = ctx.task.node_inputs(data)
         generator = torch.Generator().manual_seed(derive_seed(self.config.seed, HIDE_STREAM, ctx.client_id))
-        hidden = hide_nodes(data.train_mask.cpu(), data.test_mask.cpu(), options.hidden_portion, generator)
-        counts, targets = missing_neighbours(x.cpu(), edge_index.cpu(), hidden, options.num_pred, generator)
+        train = data.train_mask.cpu()
+        hidden = hide_nodes(train, data.test_mask.cpu(), options.hidden_portion, generator)
         kept = (~hidden).nonzero().flatten()
+        rows = kept[train[kept]]
+        counts, targets = missing_neighbours(x.cpu(), edge_index.cpu(), hidden, options.num_pred, rows, generator)
         impaired_edges, _ = subgraph(kept, edge_index.cpu(), relabel_nodes=True, num_nodes=x.shape[0])
         neighgen = NeighGen(x.shape[1], self.config.hidden, options.latent, options.num_pred,
                             self.config.dropout).to(ctx.device)
         ctx.state["fedsage"] = {
             "kept": kept.to(ctx.device), "edges": impaired_edges.to(ctx.device),
-            "missing": counts[kept].to(ctx.device), "targets": targets[kept].to(ctx.device),
+            "missing": counts[rows].to(ctx.device), "targets": targets.to(ctx.device),     # training rows only
             "neighgen": neighgen,
             "optimizer": torch.optim.Adam(neighgen.parameters(), lr=options.gen_lr,
                                           weight_decay=options.gen_weight_decay),
@@ -261,8 +270,8 @@ class FedSagePlus(Algorithm):
             mended_x, mended_edges = mend(x, state["edges"], torch.arange(x.shape[0], device=x.device), slots, generated)
             logits = ctx.model(mended_x, mended_edges)[: x.shape[0]]
             own = (generated[train], slots[train])
-            terms = {"degree": F.smooth_l1_loss(counts[train], state["missing"][train].to(counts.dtype)),
-                     "feature": matched_feature_loss(*own, state["targets"][train], state["missing"][train]),
+            terms = {"degree": F.smooth_l1_loss(counts[train], state["missing"].to(counts.dtype)),
+                     "feature": matched_feature_loss(*own, state["targets"], state["missing"]),
                      "classification": F.cross_entropy(logits[train], y[train]),
                      "cross": sum((bank_loss(*own, bank) for bank in banks), x.new_zeros(()))}
             loss = (options.degree_weight * terms["degree"] + options.feature_weight * terms["feature"]
@@ -290,6 +299,8 @@ class FedSagePlus(Algorithm):
                 torch.manual_seed(derive_seed(self.config.seed, HIDE_STREAM, ctx.client_id, 1))
                 counts, generated = state["neighgen"](x[state["kept"]], state["edges"])
             state["mended"] = mend(x, edge_index, state["kept"], used_slots(counts, self.options.num_pred), generated)
+            for spent in ("neighgen", "optimizer", "targets"):        # stage 2 needs only the mended graph
+                del state[spent]
         return state["mended"]
 
     @torch.no_grad()
@@ -302,8 +313,8 @@ class FedSagePlus(Algorithm):
         return ctx.model(*self.mended_graph(ctx))[: ctx.data.num_nodes]
 
     def upload(self, ctx: ClientContext) -> dict[str, Tensor]:
-        """Stage 1: a fresh neighbour bank of this client's graph."""
-        if not self.exchanges_banks() or ctx.state["fedsage_round"] >= self.stage1_rounds():
+        """A fresh neighbour bank of this client's graph, in the stage-1 rounds that another follows."""
+        if not self.exchanges_banks() or ctx.state["fedsage_round"] >= self.stage1_rounds() - 1:
             return {}
         x, edge_index = ctx.task.node_inputs(ctx.data)
         return {"bank": neighbour_bank(x, edge_index, self.options.bank_nodes, self.options.num_pred)}
@@ -318,13 +329,15 @@ class FedSagePlus(Algorithm):
         self.banks: dict[int, Tensor] = {}
 
     def aggregate(self, server, updates: Sequence[ClientUpdate]) -> None:
-        """FedAvg of the classifier; keeps each client's latest neighbour bank."""
+        """FedAvg of the classifier; keeps each client's latest neighbour bank until stage 1's last round."""
         self.banks |= {u.client_id: u.stats["bank"] for u in updates if "bank" in u.stats}
+        if server.round_index >= self.stage1_rounds() - 1:
+            self.banks.clear()
         server.aggregate_with_aggregator(updates)
 
     def server_stats(self, server) -> dict[str, Tensor]:
-        """Stage 1: every client's latest neighbour bank, ``[K, bank_nodes * num_pred, F]``."""
-        if not self.banks or server.round_index >= self.stage1_rounds():
+        """Every client's latest neighbour bank, ``[K, bank_nodes * num_pred, F]``, while stage 1 lasts."""
+        if not self.banks:
             return {}
         owners = sorted(self.banks)
         return {"banks": torch.stack([self.banks[o] for o in owners]), "bank_owners": torch.tensor(owners)}

@@ -67,6 +67,7 @@ from fgl_ray.models.acm import (
 from fgl_ray.runtime.seeding import derive_seed
 
 COLUMN_SEED = 31          # the tag of the seed that draws a client's feature columns
+GATHERED_ENTRIES = 1 << 23  # bounds the edge-by-column blocks of the energy (64 MB in float64)
 
 
 def high_frequency_energy(x: Tensor, edge_index: Tensor, fraction: float, generator: torch.Generator) -> Tensor:
@@ -76,7 +77,9 @@ def high_frequency_energy(x: Tensor, edge_index: Tensor, fraction: float, genera
     columns = torch.randperm(x.shape[1], generator=generator)[:count].to(x.device)
     signal = x[:, columns].double()
     source, target = torch.unique(edge_index, dim=1)
-    quadratic = (signal[source] * (signal[source] - signal[target])).sum(0)
+    step = max(1, GATHERED_ENTRIES // max(source.numel(), 1))       # columns per block of gathered edge rows
+    quadratic = torch.cat([(signal[source, i:i + step] * (signal[source, i:i + step] - signal[target, i:i + step]))
+                           .sum(0) for i in range(0, signal.shape[1], step)])
     norms = signal.square().sum(0)
     kept = norms > 0
     return (quadratic[kept] / norms[kept]).mean() if kept.any() else signal.new_zeros(())

@@ -60,6 +60,10 @@ walk steps). Departures and choices:
 * ``mode: representation`` is the authors' ``rep_distill``: the generator makes representations
   of the backbone's ``representation_dim`` and the models run only their classifier layer;
 * the authors' GCN applies dropout in eval mode too; here eval mode means no dropout.
+
+With DP noise (``noise_multiplier > 0``) the teachers are the participants' un-noised models, so the
+distilled global model does not keep the noised aggregate's guarantee: FedTAD and server-side DP do
+not compose.
 """
 
 from __future__ import annotations
@@ -87,7 +91,7 @@ from fgl_ray.params import (
 from fgl_ray.runtime.seeding import derive_seed
 
 GENERATOR_HIDDEN = (64, 128, 256)
-EDGE_CHUNK = 1 << 16          # edges per chunk of the per-edge cosine similarities
+GATHERED_ENTRIES = 1 << 23    # bounds the edge-by-feature blocks of the per-edge cosine similarities
 RWSE_ENTRIES = 1 << 24        # entries of the dense block of random-walk columns propagated at once
 SEED_TAG = -7                 # derive_seed part of FedTAD's server-side streams
 
@@ -137,8 +141,9 @@ def node_reliability(h: Tensor, edge_index: Tensor) -> Tensor:
     unit = F.normalize(h, dim=1)
     source, target = edge_index
     total = torch.zeros(h.shape[0], dtype=h.dtype)
-    for start in range(0, source.numel(), EDGE_CHUNK):
-        s, t = source[start:start + EDGE_CHUNK], target[start:start + EDGE_CHUNK]
+    chunk = max(1, GATHERED_ENTRIES // h.shape[1])
+    for start in range(0, source.numel(), chunk):
+        s, t = source[start:start + chunk], target[start:start + chunk]
         total.index_add_(0, s, (unit[s] * unit[t]).sum(dim=1))
     return (1.0 + total) / (1.0 + degree(source, h.shape[0], dtype=h.dtype))
 

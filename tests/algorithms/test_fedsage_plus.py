@@ -29,11 +29,13 @@ def test_missing_neighbours_count_every_hidden_neighbour_and_keep_up_to_num_pred
     hub = torch.stack([torch.zeros(4, dtype=torch.long), torch.tensor([2, 3, 4, 5])])
     edge_index = torch.cat([edge_index, hub, hub.flip(0)], dim=1)
     hidden = torch.tensor([False, False, True, True, True, False])
-    counts, targets = missing_neighbours(x, edge_index, hidden, 2, torch.Generator().manual_seed(0))
+    counts, targets = missing_neighbours(x, edge_index, hidden, 2, torch.arange(6), torch.Generator().manual_seed(0))
     assert counts.tolist() == [3, 1, 0, 0, 0, 1]      # node 0 lost 2, 3 and 4; node 1 lost 2; node 5 lost 4
     assert set(targets[0, :, 0].tolist()) <= {2.0, 3.0, 4.0} and len(set(targets[0, :, 0].tolist())) == 2
     assert targets[1, 0, 0] == 2 and targets[1, 1].abs().sum() == 0 and targets[5, 0, 0] == 4
     assert targets[2:5].abs().sum() == 0
+    _, only = missing_neighbours(x, edge_index, hidden, 2, torch.tensor([1, 5]), torch.Generator().manual_seed(0))
+    torch.testing.assert_close(only, targets[[1, 5]])                # the rows asked for, in their order
 
 
 def test_mending_appends_used_slots_as_neighbours_linked_both_ways():
@@ -104,18 +106,26 @@ def test_stage_one_trains_the_generator_with_the_other_clients_banks_then_stage_
         generator = each.ctx.state["fedsage"]["neighgen"]
         generator.count.weight.data.zero_(), generator.count.bias.data.fill_(3.0)
     client = backend.host.clients[0]
-    before = [p.detach().clone() for p in client.ctx.state["fedsage"]["neighgen"].parameters()]
+    trained = client.ctx.state["fedsage"]["neighgen"]
+    before = [p.detach().clone() for p in trained.parameters()]
     result = backend.run_round(1)
     assert all(metrics["cross_loss"] > 0 for metrics in result.updates.values())
-    after = list(client.ctx.state["fedsage"]["neighgen"].parameters())
+    after = list(trained.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
+    assert algorithm.server_stats(backend.server) == {}            # stage 1 is over: no banks travel
     result = backend.run_round(2)
-    assert "cross_loss" not in result.updates[0] and algorithm.server_stats(backend.server) == {}
-    n = client.ctx.data.num_nodes
-    mended_x, mended_edges = client.ctx.state["fedsage"]["mended"]
-    assert mended_x.shape[0] >= n and mended_edges.shape[1] - client.ctx.data.edge_index.shape[1] == 2 * (
-        mended_x.shape[0] - n)
-    assert client.algorithm.predict(client.ctx, client.ctx.data).shape == (n, 3)
+    assert "cross_loss" not in result.updates[0]
+    state, data = client.ctx.state["fedsage"], client.ctx.data
+    assert "neighgen" not in state and "optimizer" not in state    # spent once the graph is mended
+    n = data.num_nodes
+    mended_x, mended_edges = state["mended"]
+    added = mended_edges[:, data.edge_index.shape[1]:]
+    anchors = added[0, : added.shape[1] // 2]
+    assert mended_x.shape[0] > n and added.shape[1] == 2 * (mended_x.shape[0] - n)
+    assert set(anchors.tolist()) <= set(state["kept"].tolist())                 # only kept nodes are mended
+    assert int(torch.bincount(anchors).max()) <= 2                               # at most num_pred each
+    torch.testing.assert_close(mended_x[:n], data.x)
+    assert client.algorithm.predict(client.ctx, data).shape == (n, 3)
 
 
 def test_without_hidden_nodes_or_generated_neighbours_it_is_fedavg_of_the_classifier(make_config, tiny_data,
@@ -136,4 +146,4 @@ def test_a_client_hides_half_its_eligible_nodes_and_keeps_every_training_node(ma
     eligible = int((~data.train_mask & ~data.test_mask).sum())
     assert kept.numel() == data.num_nodes - eligible // 2
     assert bool(data.train_mask[kept].sum() == data.train_mask.sum())
-    assert ctx.state["fedsage"]["targets"].shape == (kept.numel(), 5, NUM_FEATURES)
+    assert ctx.state["fedsage"]["targets"].shape == (int(data.train_mask.sum()), 5, NUM_FEATURES)
