@@ -36,7 +36,11 @@ RESULTS = Path(__file__).with_name("RESULTS.md")
 RUNTIME_FIELDS = {"backend", "torch_threads", "output_dir", "overwrite", "clients_per_actor", "gpus_per_client",
                   "round_timeout_s", "data_dir", "checkpoint_every"}
 BASES = {"fedavg": "FedAvg", "fedprox": "FedProx", "moon": "MOON", "feddyn": "FedDyn", "fedproto": "FedProto",
-         "fgssl": "FGSSL", "fggp": "FGGP"}
+         "fgssl": "FGSSL", "fggp": "FGGP", "fedspa": "FedSPA", "fedavg@sage": "GraphSAGE FedAvg",
+         "fedsage_plus": "FedSage"}
+#: The paper's name of a base method's FedIA row where it is not "<base> + FedIA": FedSPA's replaces
+#: its native rule ("FedIA (repl.)"; the paper's "FedSPA + FedIA", FedIA on top of that rule, is not built).
+FEDIA_ROWS = {"fedspa": "FedIA (repl.)"}
 AVG_METRICS = (("AVG bAcc", "balanced_accuracy"), ("AVG F1", "macro_f1"))
 
 
@@ -179,11 +183,23 @@ def run_name(preset: str, algorithm: str, aggregator: str, seed: int, args) -> s
     return f"{preset}-{args.features}-{args.optimizer_state}{lr}-{algorithm}-{aggregator}-s{seed}"
 
 
-def run_one(preset: str, algorithm: str, aggregator: str, options: Mapping, seed: int, data, args) -> dict:
+def method_values(method: str) -> dict:
+    """Config values of a base method: ``algorithm@model`` names the backbone; an algorithm built on
+    another backbone than the preset's PMLP-GCN (FedSage+, FedSPA) takes its own."""
+    from fgl_ray.algorithms import ALGORITHMS
+
+    algorithm, _, model = method.partition("@")
+    needed = ALGORITHMS.get(algorithm).models
+    model = model or (needed[0] if needed and "pmlp_gcn" not in needed else "")
+    return {"algorithm": algorithm} | ({"model": model} if model else {})
+
+
+def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: int, data, args) -> dict:
     """One federation (or the summary of an identical finished one under ``--out``)."""
-    name = run_name(preset, algorithm, aggregator, seed, args)
+    name = run_name(preset, method.replace("@", "-"), aggregator, seed, args)
     folder = args.out / name
-    values = {"preset": preset, "algorithm": algorithm, "aggregator": aggregator, "aggregator_options": dict(options),
+    values = method_values(method) | {
+              "preset": preset, "aggregator": aggregator, "aggregator_options": dict(options),
               "rounds": args.rounds, "diagnostics": True, "seed": seed, "backend": args.backend,
               "torch_threads": args.torch_threads, "output_dir": args.out, "run_name": name,
               "features": args.features, "optimizer_state": args.optimizer_state, "overwrite": True}
@@ -208,9 +224,9 @@ def run_setting(preset: str, pairs: Mapping[str, tuple[float, float]], args) -> 
     for algorithm, (rho, beta) in pairs.items():
         if args.algorithms and algorithm not in args.algorithms:
             continue
+        fedia_row = FEDIA_ROWS.get(algorithm, f"{BASES[algorithm]} + FedIA")
         for label, aggregator, options in ((BASES[algorithm], "mean", {}),
-                                           (f"{BASES[algorithm]} + FedIA (ρ={rho}, β={beta})", "fedia",
-                                            {"rho": rho, "beta": beta})):
+                                           (f"{fedia_row} (ρ={rho}, β={beta})", "fedia", {"rho": rho, "beta": beta})):
             summaries = [run_one(preset, algorithm, aggregator, options, seed, data, args)
                          for seed in range(args.seeds)]
             rows.append((label, summaries))

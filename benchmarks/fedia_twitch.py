@@ -2,9 +2,13 @@
 
     FGL_DATA_DIR=../shared/datasets python benchmarks/fedia_twitch.py [--rounds 200] [--algorithms fedavg fggp]
 
-Base methods: FedAvg, FedProx, MOON, FedDyn, FedProto and the graph-specific FGSSL and FGGP (issue 31;
-their own defaults). ρ/β are the paper's Table 7 selections. Paper rows: Table 4 (S1) and Table 2 (S3), computed
-on 128-dimensional Twitch features; these runs use the raw 3,170-dimensional ones.
+Base methods: FedAvg, FedProx, MOON, FedDyn, FedProto and the graph-specific FGSSL, FGGP and FedSPA on
+PMLP-GCN (FedSPA on its ACM-GCN), and FedAvg and FedSage+ on GraphSAGE (issue 31; their own defaults). ρ/β
+are the paper's Table 7 selections; it gives none for FedSPA and the GraphSAGE pairs, which take FedAvg's.
+FedSPA's FedIA row replaces its native rule (the paper's "FedIA (repl.)"). Paper rows: Table 4 (S1) and Table 2
+(S3), computed on 128-dimensional Twitch features; these runs use the raw 3,170-dimensional ones. FedSage+
+keeps one 32-million-parameter generator per client during its first stage (about 0.5 GB with Adam): 30
+clients need about 16 GB beside the rest.
 """
 
 from fedia_common import main
@@ -12,9 +16,11 @@ from fedia_common import main
 ORDER = ["ES", "DE", "FR", "RU", "EN", "PT"]  # the paper's column order
 SETTINGS = {
     "twitch-S1": {"fedavg": (0.1, 0.1), "fedprox": (0.9, 0.3), "moon": (0.3, 0.1), "feddyn": (0.3, 0.9),
-                  "fedproto": (0.1, 0.3), "fgssl": (0.1, 0.1), "fggp": (0.3, 0.5)},
+                  "fedproto": (0.1, 0.3), "fgssl": (0.1, 0.1), "fggp": (0.3, 0.5), "fedspa": (0.1, 0.1),
+                  "fedavg@sage": (0.1, 0.1), "fedsage_plus": (0.1, 0.1)},
     "twitch-S3": {"fedavg": (0.3, 0.3), "fedprox": (0.5, 0.7), "moon": (0.1, 0.9), "feddyn": (0.1, 0.1),
-                  "fedproto": (0.1, 0.9), "fgssl": (0.1, 0.3), "fggp": (0.3, 0.9)},
+                  "fedproto": (0.1, 0.9), "fgssl": (0.1, 0.3), "fggp": (0.3, 0.9), "fedspa": (0.3, 0.3),
+                  "fedavg@sage": (0.3, 0.3), "fedsage_plus": (0.3, 0.3)},
 }
 PAPER = {
     "twitch-S1": {
@@ -60,6 +66,16 @@ PAPER = {
         "FGGP": ["63.51±10.49", "65.73±1.09", "54.71±6.60", "61.21±13.15", "55.67±2.30", "63.36±8.55", "60.70±6.03"],
         "FGGP + FedIA": ["72.05±1.28", "51.84±1.74", "63.17±1.85", "73.18±2.17", "58.45±2.11", "68.01±0.57",
                          "64.45±0.38"],
+        "FedSPA": ["61.37±0.02", "51.81±0.02", "52.77±0.02", "63.30±0.03", "60.60±0.04", "58.80±0.02", "58.13±0.04"],
+        "FedIA (repl.)": ["61.88±0.03", "51.86±0.02", "58.69±0.01", "62.60±0.04", "56.24±0.02", "59.50±0.03",
+                          "58.45±0.04"],
+        "GraphSAGE FedAvg": ["31.29±0.25", "61.05±0.06", "37.31±0.48", "25.39±0.35", "54.05±0.16", "38.08±0.25",
+                             "41.19±0.20"],
+        "GraphSAGE FedAvg + FedIA": ["39.38±0.51", "43.18±0.30", "37.98±0.18", "46.07±0.64", "51.67±0.07",
+                                     "47.52±0.83", "44.30±0.27"],
+        "FedSage": ["70.70±0.00", "38.95±0.00", "63.23±0.03", "75.66±0.00", "44.79±0.02", "62.75±0.00", "59.35±0.01"],
+        "FedSage + FedIA": ["71.30±0.02", "38.95±0.01", "64.02±0.00", "76.39±0.03", "45.53±0.01", "62.75±0.00",
+                            "59.82±0.01"],
     },
 }
 
