@@ -255,8 +255,14 @@ def test_default_distillation_changes_the_fedavg_run(make_config, tiny_data, fed
     assert not torch.allclose(server.models[GLOBAL].params, fedavg.models[GLOBAL].params)
 
 
-def test_representation_mode_generates_representations_for_the_classifier_layer(make_config, tiny_data, run_local):
+def test_representation_mode_distils_only_the_classifier_layer(make_config, tiny_data, fedavg_after, run_local):
     config = make_config("fedtad", algorithm_options={"mode": "representation"})
     server = run_local(config, tiny_data, 1).server
     assert server.algorithm.generator.out.out_features == config.hidden
     assert server.algorithm.backbone.head_only
+    fedavg = fedavg_after(1).server.models[GLOBAL].params
+    moved = (server.models[GLOBAL].params - fedavg).abs() > 0
+    head = server.layout.slices()
+    classifier = [name for name in head if name.startswith("convs.1.")]
+    assert classifier and all(bool(moved[head[name]].any()) for name in classifier)       # the head is distilled
+    assert not any(bool(moved[part].any()) for name, part in head.items() if name not in classifier)
