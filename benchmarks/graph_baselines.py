@@ -2,7 +2,8 @@
 (issue 31), generic and graph-specific, under OpenFGL's protocol.
 
     FGL_DATA_DIR=../shared/datasets python benchmarks/graph_baselines.py [--seeds 3]
-        [--datasets cora citeseer] [--methods fedavg fedgta] [--finished-only]
+        [--datasets cora citeseer] [--methods fedavg fedgta fedavg@sage] [--finished-only]
+        [--set optimizer=sgd lr=0.1 local_epochs=4]
 
 The protocol is OpenFGL's (its paper's appendix A.5-A.7 where it says, its library's defaults where
 it does not): GCN with 2 layers, hidden 64, dropout 0.5 (a method built on another backbone runs on it,
@@ -25,6 +26,8 @@ import shlex
 import sys
 import time
 from pathlib import Path
+
+import yaml
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -64,10 +67,11 @@ def backbone(method: str) -> str:
 def run(dataset: str, method: str, seed: int, args, data_cache: dict) -> dict[str, float] | None:
     """One federation's last-20 means (pooled and client-average accuracy); None if not run."""
     algorithm = method.split("@")[0]
-    values = PROTOCOL | {"model": backbone(method), "dataset": dataset, "algorithm": algorithm, "seed": seed,
-                         "backend": "local",
-                         "torch_threads": args.torch_threads, "output_dir": str(args.out), "overwrite": True,
-                         "run_name": f"{dataset}-louvain10-{method.replace('@', '-')}-s{seed}"}
+    changed = "".join(f"-{key}{value}" for key, value in args.set.items())
+    values = PROTOCOL | args.set | {
+        "model": backbone(method), "dataset": dataset, "algorithm": algorithm, "seed": seed, "backend": "local",
+        "torch_threads": args.torch_threads, "output_dir": str(args.out), "overwrite": True,
+        "run_name": f"{dataset}-louvain10{changed}-{method.replace('@', '-')}-s{seed}"}
     if args.data_dir:
         values["data_dir"] = str(args.data_dir)
     config = load_config(values)
@@ -99,7 +103,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/graph-baselines"))
     parser.add_argument("--ledger", type=Path, default=LEDGER)
     parser.add_argument("--finished-only", action="store_true", help="tabulate recorded runs only; run nothing")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="change the protocol (e.g. optimizer=sgd lr=0.1); the table goes to its own section")
     args = parser.parse_args()
+    args.set = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
     methods = args.methods or node_methods()
     cache: dict = {}
     header = "| method | " + " | ".join(f"{d} {name}" for d in args.datasets for name, _ in COLUMNS) + " |"
@@ -113,8 +120,9 @@ def main() -> None:
     command = shlex.join(["python", "benchmarks/graph_baselines.py", *sys.argv[1:]])
     body = (f"Command: `FGL_DATA_DIR=../shared/datasets {command}` (Louvain, 10 clients; GCN 2x64, Adam lr 1e-2, "
             f"wd 5e-4, 3 local epochs, 100 rounds, 20/40/40 stratified per client; test accuracy in %, last-20-round "
-            f"mean, mean±std over {args.seeds} seed(s); (n): seeds recorded when fewer)\n\n" + "\n".join(lines) + "\n")
-    replace_section("graph-baselines", body)
+            f"mean, mean±std over {args.seeds} seed(s); (n): seeds recorded when fewer"
+            + "".join(f"; {key} = {value}" for key, value in args.set.items()) + ")\n\n" + "\n".join(lines) + "\n")
+    replace_section("graph-baselines" + "".join(f"-{k}={v}" for k, v in args.set.items()), body)
     print(body)
 
 
