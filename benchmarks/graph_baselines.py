@@ -121,7 +121,8 @@ def main() -> None:
     body = (f"Command: `FGL_DATA_DIR=../shared/datasets {command}` (Louvain, 10 clients; GCN 2x64, Adam lr 1e-2, "
             f"wd 5e-4, 3 local epochs, 100 rounds, 20/40/40 stratified per client; test accuracy in %, last-20-round "
             f"mean, mean±std over {args.seeds} seed(s); (n): seeds recorded when fewer"
-            + "".join(f"; {key} = {value}" for key, value in args.set.items()) + ")\n\n" + "\n".join(lines) + "\n")
+            + ("; changed from that protocol: " + ", ".join(f"{key} = {value}" for key, value in args.set.items())
+               if args.set else "") + ")\n\n" + "\n".join(lines) + "\n")
     replace_section("graph-baselines" + "".join(f"-{k}={v}" for k, v in args.set.items()), body)
     print(body)
 
