@@ -11,7 +11,7 @@ from torch_geometric.data import Data
 from fgl_ray.algorithms import Algorithm, ClientContext, build_algorithm
 from fgl_ray.config import load_config
 from fgl_ray.data.types import ClientGraph, FederatedGraphData
-from fgl_ray.messages import GLOBAL, Broadcast, ModelState
+from fgl_ray.messages import GLOBAL, Broadcast, ClientUpdate, ModelState, check_update
 from fgl_ray.params import buffer_vector, trainable_vector
 from fgl_ray.tasks import build_task
 
@@ -76,6 +76,22 @@ def make_context():
         algorithm.setup_client(ctx)
         return algorithm, ctx
     return make
+
+
+@pytest.fixture
+def uploads_by_size(make_context):
+    """``uploads_by_size(config)`` -> the statistics one client uploads on a 24- and a 240-node ring,
+    each checked against the algorithm's declared shapes (which must not depend on the node count)."""
+    def uploads(config) -> list[dict[str, torch.Tensor]]:
+        found = []
+        for n in (24, 240):
+            algorithm, ctx = make_context(config, ring_graph(0, n=n))
+            stats = algorithm.upload(ctx)
+            declared = algorithm.declared_stats(NUM_CLASSES, config.hidden, NUM_FEATURES)
+            check_update(ClientUpdate(0, GLOBAL, 1, torch.zeros(1), torch.zeros(0), stats), 1, 0, declared)
+            found.append(stats)
+        return found
+    return uploads
 
 
 def broadcast_of(model: torch.nn.Module, round_index: int = 0, stats=None) -> Broadcast:

@@ -6,12 +6,11 @@ import pytest
 import torch
 
 from fgl_ray.algorithms.fedgta import accepted, moments, propagate_labels, smoothing_confidence
-from fgl_ray.messages import GLOBAL, ClientUpdate, check_update, personal_key
+from fgl_ray.messages import GLOBAL, ClientUpdate, personal_key
 from fgl_ray.results import read_metrics
 from fgl_ray.runtime import run_experiment
 from fgl_ray.runtime.local_backend import LocalBackend
 
-from .conftest import NUM_FEATURES
 
 NUM_CLASSES = 3
 
@@ -63,16 +62,10 @@ def test_each_client_accepts_itself_and_those_above_the_threshold():
     assert accepted(similarity, 0.3) == [[0, 1], [0, 1, 2], [1, 2]]
 
 
-def test_uploaded_statistics_have_declared_shapes_whatever_the_node_count(make_config, make_context, ring_graph):
-    config = make_config("fedgta")
-    shapes = set()
-    for n in (24, 240):
-        algorithm, ctx = make_context(config, ring_graph(0, n=n))
-        stats = algorithm.upload(ctx)
-        declared = algorithm.declared_stats(NUM_CLASSES, config.hidden, NUM_FEATURES)
-        check_update(ClientUpdate(0, GLOBAL, 1, torch.zeros(1), torch.zeros(0), stats), 1, 0, declared)
-        shapes.add(tuple((k, tuple(v.shape)) for k, v in sorted(stats.items())))
-        assert float(stats["confidence"]) >= 0
+def test_uploaded_statistics_have_declared_shapes_whatever_the_node_count(make_config, uploads_by_size):
+    uploads = uploads_by_size(make_config("fedgta"))
+    assert all(float(stats["confidence"]) >= 0 for stats in uploads)
+    shapes = {tuple((k, tuple(v.shape)) for k, v in sorted(stats.items())) for stats in uploads}
     assert shapes == {(("confidence", (1,)), ("moments", (20, NUM_CLASSES)))}
 
 
