@@ -27,6 +27,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from fgl_ray.algorithms import ALGORITHMS
 from fgl_ray.config import ExperimentConfig, load_config
 from fgl_ray.data import build_federated_data
 from fgl_ray.runtime import run_experiment
@@ -186,8 +187,6 @@ def run_name(preset: str, algorithm: str, aggregator: str, seed: int, args) -> s
 def method_values(method: str) -> dict:
     """Config values of a base method: ``algorithm@model`` names the backbone; an algorithm built on
     another backbone than the preset's PMLP-GCN (FedSage+, FedSPA) takes its own."""
-    from fgl_ray.algorithms import ALGORITHMS
-
     algorithm, _, model = method.partition("@")
     needed = ALGORITHMS.get(algorithm).models
     model = model or (needed[0] if needed and "pmlp_gcn" not in needed else "")

@@ -144,6 +144,14 @@ def hide_nodes(train: Tensor, test: Tensor, portion: float, generator: torch.Gen
     return hidden
 
 
+def by_source(source: Tensor, target: Tensor, num_nodes: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The edges sorted by source (stable: ties keep their order), each node's out-degree, and where
+    its run of edges starts."""
+    order = torch.argsort(source, stable=True)
+    counts = torch.bincount(source, minlength=num_nodes)
+    return source[order], target[order], counts, torch.cumsum(counts, 0) - counts
+
+
 def missing_neighbours(x: Tensor, edge_index: Tensor, hidden: Tensor, num_pred: int, rows: Tensor,
                        generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """The number of hidden neighbours of each node ``[N]``, and for the nodes ``rows`` the features of
@@ -152,11 +160,7 @@ def missing_neighbours(x: Tensor, edge_index: Tensor, hidden: Tensor, num_pred: 
     lost = hidden[target] & ~hidden[source] & (source != target)
     source, target = source[lost], target[lost]
     shuffled = torch.randperm(source.numel(), generator=generator)
-    source, target = source[shuffled], target[shuffled]
-    order = torch.argsort(source, stable=True)
-    source, target = source[order], target[order]
-    counts = torch.bincount(source, minlength=x.shape[0])
-    starts = torch.cumsum(counts, 0) - counts
+    source, target, counts, starts = by_source(source[shuffled], target[shuffled], x.shape[0])
     rank = torch.arange(source.numel()) - starts[source]
     position = torch.full((x.shape[0],), -1, dtype=torch.long)
     position[rows] = torch.arange(rows.numel())
@@ -173,10 +177,7 @@ def neighbour_bank(x: Tensor, edge_index: Tensor, nodes: int, num_pred: int) -> 
     source, target = edge_index[:, edge_index[0] != edge_index[1]]
     if source.numel() == 0:
         return x.new_zeros(nodes * num_pred, x.shape[1])
-    order = torch.argsort(source, stable=True)
-    source, target = source[order], target[order]
-    counts = torch.bincount(source, minlength=x.shape[0])
-    starts = torch.cumsum(counts, 0) - counts
+    _, target, counts, starts = by_source(source, target, x.shape[0])
     linked = counts.nonzero().flatten()
     centres = linked[torch.randint(linked.numel(), (nodes,), device=x.device)].repeat_interleave(num_pred)
     picks = starts[centres] + (torch.rand(centres.numel(), device=x.device) * counts[centres]).long()
