@@ -188,9 +188,8 @@ def method_values(method: str) -> dict:
     """Config values of a base method: ``algorithm@model`` names the backbone; an algorithm built on
     another backbone than the preset's PMLP-GCN (FedSage+, FedSPA) takes its own."""
     algorithm, _, model = method.partition("@")
-    needed = ALGORITHMS.get(algorithm).models
-    model = model or (needed[0] if needed and "pmlp_gcn" not in needed else "")
-    return {"algorithm": algorithm} | ({"model": model} if model else {})
+    model = model or ALGORITHMS.get(algorithm).backbone_for("pmlp_gcn")
+    return {"algorithm": algorithm} | ({"model": model} if model != "pmlp_gcn" else {})
 
 
 def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: int, data, args) -> dict:

@@ -60,8 +60,7 @@ def backbone(method: str) -> str:
     built on (FedSage+'s GraphSAGE, FedSPA's ACM-GCN)."""
     if "@" in method:
         return method.split("@")[1]
-    needed = ALGORITHMS.get(method).models
-    return "gcn" if needed is None or "gcn" in needed else needed[0]
+    return ALGORITHMS.get(method).backbone_for("gcn")
 
 
 def run(dataset: str, method: str, seed: int, args, data_cache: dict) -> dict[str, float] | None:

@@ -76,9 +76,10 @@ def apply_task_defaults(values: dict[str, Any]) -> dict[str, Any]:
         algorithm = ALGORITHMS.get(values["algorithm"])
         if "dataset" not in values and algorithm.default_dataset:
             values = values | {"dataset": algorithm.default_dataset}
-        default_model = ExperimentConfig.model_fields["model"].default
-        if "model" not in values and algorithm.models and default_model not in algorithm.models:
-            values = values | {"model": algorithm.models[0]}
+        if "model" not in values:
+            default_model = ExperimentConfig.model_fields["model"].default
+            chosen = algorithm.backbone_for(default_model)
+            values = values | ({"model": chosen} if chosen != default_model else {})
     try:
         spec = dataset_spec(values.get("dataset", "synthetic"))
     except UnknownNameError:

@@ -80,6 +80,12 @@ class Algorithm:
         self.config = config
 
     @classmethod
+    def backbone_for(cls, usual: str) -> str:
+        """The backbone a run takes when it names none: ``usual`` (the config's or a protocol's
+        default) where this algorithm accepts it, else the first it needs."""
+        return usual if cls.models is None or usual in cls.models else cls.models[0]
+
+    @classmethod
     def check_task(cls, options: dict, task: str) -> None:
         """Raises ``ValueError`` for options the task cannot honour (run before Ray starts)."""
 
