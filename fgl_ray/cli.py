@@ -157,6 +157,11 @@ def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulato
     print()
     for label, line in startups.items():
         print(f"{label}: {line}")
+    for label, summary in summaries.items():
+        if "local_work" in summary:
+            work = summary["local_work"]
+            print(f"{label}: local work {work['steps_per_client_round']:g} steps per client and round "
+                  f"({work['steps_per_round']:g} per round, node batching {work['node_batching']})")
     incomplete = {label: s["coverage"] for label, s in summaries.items() if not s["coverage"]["complete"]}
     for label, coverage in incomplete.items():
         because = "; ".join(coverage["problems"])

@@ -63,8 +63,9 @@ class ExperimentConfig(BaseModel):
     domain_ratios: Optional[list[int]] = Field(None, description="per-domain multipliers of clients_per_domain")
     dirichlet_alpha: float = Field(10.0, description="concentration of label-dirichlet")
     split: Optional[tuple[float, float, float]] = Field(None, description="train/val/test fractions; default per dataset")
-    split_mode: Literal["random", "stratified"] = Field(
-        "random", description="per-client splits: random nodes, or stratified by class (each class cut at the fractions)")
+    split_mode: Literal["random", "stratified", "dataset"] = Field(
+        "random", description="per-client splits: random nodes, stratified by class (each class cut at the fractions), "
+                              "or dataset = the dataset's own masks for the client's nodes (OGB's; their default)")
     features: Literal["raw", "svd"] = Field(
         "raw", description="node features: raw (as published), or svd = a feature_dim truncated SVD fitted on the "
                            "union of all domains (one shared space; needs equal raw widths, e.g. Twitch)")
@@ -75,6 +76,8 @@ class ExperimentConfig(BaseModel):
     missing: Optional[str] = Field(None, description="multimodal graphs: client:<rate> (that share of clients "
                                                      "loses one modality) or node:<rate> (that share of each "
                                                      "client's nodes loses one modality)")
+    max_nodes: Optional[int] = Field(None, description="OGB datasets: keep a seeded subset of this many labelled "
+                                                        "nodes and the edges among them (papers100M as FedGraph uses it)")
     max_graphs: Optional[int] = Field(None, description="graph classification: keep this many graphs of each "
                                                          "dataset after the seeded shuffle (GCFL's tiny sets: 150)")
     imbalance_ratio: int = Field(20, description="max/min training class count of the long-tailed variants (cora-lt, ...)")
@@ -99,7 +102,16 @@ class ExperimentConfig(BaseModel):
 
     # --- training
     rounds: int = Field(50, description="communication rounds")
-    batch_size: int = Field(128, description="graphs per mini-batch (graph classification)")
+    batch_size: int = Field(128, description="graphs per mini-batch (graph classification), or seed nodes per "
+                                             "mini-batch (node_batching: neighbor)")
+    node_batching: Literal["full", "neighbor"] = Field(
+        "full", description="node classification: full = one step per epoch on the client's whole graph; neighbor = "
+                            "mini-batches of batch_size training nodes with num_neighbors sampled neighbours per layer")
+    num_neighbors: list[int] = Field([10, 10], description="neighbours sampled per node at each layer, first hop "
+                                                           "first (one entry per layer; -1 = all)")
+    eval_batching: Literal["full", "sampled"] = Field(
+        "full", description="node_batching neighbor: evaluate on the whole client graph in one no-grad pass (full, "
+                            "exact) or on sampled batches of the split's nodes (sampled, bounded memory)")
     local_epochs: int = Field(5, description="local full-batch steps per round")
     optimizer: Literal["sgd", "adam"] = Field("sgd", description="local optimizer")
     lr: float = Field(0.05, description="local learning rate")
@@ -137,6 +149,9 @@ class ExperimentConfig(BaseModel):
         "auto", description="GPU share (Ray num_gpus) of each client actor, which its clients_per_actor virtual "
                             "clients share: auto = min(1, GPUs / client actors) when the cluster has GPUs, none "
                             "otherwise; or a fixed fraction in (0, 1]; 0 = CPU only")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="in-process backend (--backend local): where its clients train, one after another; auto = "
+                            "cuda when torch sees a GPU; Ray client actors take gpus_per_client instead")
     actor_restarts: int = Field(3, description="times Ray restarts a client actor whose process died; its clients "
                                                "are rebuilt from their partitions and loaded from the last "
                                                "checkpoint (fresh state without one)")
@@ -254,7 +269,7 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"clients_per_actor must be auto or an integer >= 1, got {value}")
         return value
 
-    @field_validator("torch_threads", "max_graphs")
+    @field_validator("torch_threads", "max_graphs", "max_nodes")
     @classmethod
     def _optional_positive(cls, value: Optional[int], info) -> Optional[int]:
         if value is not None and value < 1:
@@ -301,6 +316,13 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"gpus_per_client {value} is below Ray's resource granularity 0.0001; {fix}")
         return float(value)
 
+    @field_validator("num_neighbors")
+    @classmethod
+    def _fanouts(cls, value: list[int]) -> list[int]:
+        if not value or any(n == 0 or n < -1 for n in value):
+            raise ValueError(f"num_neighbors must list one fanout per layer, each >= 1 or -1 (all), got {value}")
+        return value
+
     @field_validator("split")
     @classmethod
     def _split(cls, value):
@@ -336,12 +358,15 @@ class ExperimentConfig(BaseModel):
 
         spec = dataset_spec(self.dataset)
         _check_task(self, spec)
+        _check_node_batching(self)
+        _check_device(self)
         if self.features == "svd" and not spec.shared_features:
             raise ValueError(
                 f"features 'svd' fits one SVD on the union of the domains' raw features, but those of "
                 f"{self.dataset!r} do not share coordinates (different vocabularies, or separate modalities); "
                 "use features 'raw'"
             )
+        _check_dataset_cuts(self, spec)
         if self.missing is not None:
             if not spec.multimodal:
                 raise ValueError(f"missing removes modalities, but {self.dataset!r} is not multimodal; use "
@@ -414,6 +439,20 @@ class ExperimentConfig(BaseModel):
         return load_config(self.model_dump(mode="python") | changes)
 
 
+def _check_dataset_cuts(config: ExperimentConfig, spec) -> None:
+    """``split_mode: dataset`` needs a dataset with its own split; ``max_nodes`` one that can be cut."""
+    from fgl_ray.data.datasets import DATASETS
+
+    if config.split_mode == "dataset" and not spec.own_split:
+        owners = ", ".join(name for name in DATASETS.names() if DATASETS.get(name).own_split)
+        raise ValueError(f"split_mode 'dataset' keeps a dataset's own train/val/test masks, but {config.dataset!r} has "
+                         f"none; use split_mode random or stratified (datasets with their own split: {owners})")
+    if config.max_nodes is not None and spec.load_subset is None:
+        cuttable = ", ".join(name for name in DATASETS.names() if DATASETS.get(name).load_subset is not None)
+        raise ValueError(f"max_nodes cuts a seeded node subset, which {config.dataset!r} does not offer; unset it "
+                         f"(datasets it applies to: {cuttable})")
+
+
 def _check_graph_partition(config: ExperimentConfig, spec) -> None:
     """A graph dataset is cut into ``chunks`` (one dataset) or one client per member (``datasets``)."""
     if spec.task != "graph":
@@ -464,6 +503,53 @@ def _check_task(config: ExperimentConfig, spec) -> None:
     if needed is not None and config.model not in needed:
         raise ValueError(f"algorithm {config.algorithm!r} needs the model {' or '.join(needed)}, got {config.model!r}; "
                          f"use --model {needed[0]}")
+
+
+def _check_node_batching(config: ExperimentConfig) -> None:
+    """Neighbour sampling serves node classification, with algorithms that train on the task's
+    batches, and one fanout per layer."""
+    from fgl_ray.algorithms import ALGORITHMS
+
+    if config.node_batching == "full":
+        if config.eval_batching == "sampled":
+            raise ValueError("eval_batching 'sampled' evaluates on neighbour-sampled batches, which need "
+                             "node_batching 'neighbor'; set --node-batching neighbor, or keep eval_batching 'full'")
+        return
+    task = config.resolved_task()
+    if task != "node-classification":
+        raise ValueError(f"node_batching 'neighbor' samples mini-batches of seed nodes for node classification; task "
+                         f"{task!r} trains on whole graphs or graph mini-batches: use node_batching 'full'")
+    reason = ALGORITHMS.get(config.algorithm).whole_graph
+    if reason:
+        raise ValueError(f"algorithm {config.algorithm!r} {reason}, so it cannot train on sampled mini-batches; use "
+                         "node_batching 'full' (or an algorithm that trains on the task's batches, e.g. fedavg)")
+    if len(config.num_neighbors) != config.num_layers:
+        raise ValueError(f"num_neighbors {config.num_neighbors} has {len(config.num_neighbors)} entries but the model "
+                         f"has num_layers {config.num_layers}; give one fanout per layer, e.g. "
+                         f"{[10] * config.num_layers} (-1 keeps every neighbour)")
+
+
+def _check_device(config: ExperimentConfig) -> None:
+    """``device`` places the in-process backend's clients; ``cuda`` needs a GPU torch can see."""
+    if config.device != "cuda":
+        return
+    if config.backend != "local":
+        raise ValueError("device places the clients of the in-process backend (--backend local); Ray client actors "
+                         "take GPU shares through gpus_per_client (auto uses the cluster's GPUs)")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("device 'cuda' asks for a GPU, but torch sees no CUDA device on this machine; use --device "
+                         "cpu, or auto (cuda when a GPU is visible, else cpu)")
+
+
+def resolved_device(config: ExperimentConfig) -> str:
+    """Where the in-process backend trains: ``device``, with ``auto`` = cuda when torch sees a GPU."""
+    import torch
+
+    if config.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return config.device
 
 
 def _is_numeric(annotation: Any) -> bool:

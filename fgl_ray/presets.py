@@ -65,8 +65,9 @@ def apply_task_defaults(values: dict[str, Any]) -> dict[str, Any]:
     FedMGS's ``synthetic-mm``, takes it when none is named, and one that needs a backbone other
     than the default ``gcn``, FedSPA's ``acm_gcn``, takes its first): for graph classification
     :data:`GRAPH_CLASSIFICATION_DEFAULTS` and the partition (``chunks`` for one dataset,
-    ``datasets`` for a group), for multimodal graphs :data:`MULTIMODAL_DEFAULTS`; other node
-    datasets keep the field defaults."""
+    ``datasets`` for a group), for multimodal graphs :data:`MULTIMODAL_DEFAULTS`, for datasets
+    with a split of their own (OGB's) ``split_mode: dataset``; other node datasets keep the field
+    defaults."""
     from fgl_ray.algorithms import ALGORITHMS
     from fgl_ray.config import ExperimentConfig
     from fgl_ray.data.datasets import dataset_spec
@@ -84,6 +85,8 @@ def apply_task_defaults(values: dict[str, Any]) -> dict[str, Any]:
         spec = dataset_spec(values.get("dataset", "synthetic"))
     except UnknownNameError:
         return values                      # named by the config's own check
+    if spec.own_split:
+        values = {"split_mode": "dataset"} | values
     if spec.multimodal:
         return MULTIMODAL_DEFAULTS | values
     if spec.task != "graph":

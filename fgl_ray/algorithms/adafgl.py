@@ -130,6 +130,7 @@ class AdaFGL(Algorithm):
     """FedAvg, then each client's own knowledge-guided adaptive propagation."""
 
     tasks = ("node-classification",)
+    whole_graph = "propagates over the client's whole graph in its personalised step"
     models = NODE_BACKBONES
 
     class Options(Algorithm.Options):

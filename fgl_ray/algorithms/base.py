@@ -68,6 +68,9 @@ class Algorithm:
     models: ClassVar[tuple[str, ...] | None] = None
     #: The dataset a run takes when it names none (``None``: the config's default).
     default_dataset: ClassVar[str | None] = None
+    #: Why it needs each client's whole graph in one piece (``None``: it trains on whatever batches the
+    #: task yields, so ``node_batching: neighbor`` serves it); the config refuses sampling with this reason.
+    whole_graph: ClassVar[str | None] = None
     #: Keeps several server models (one per cluster of clients).
     clustered: ClassVar[bool] = False
 
@@ -104,10 +107,11 @@ class Algorithm:
 
     def local_train(self, ctx: ClientContext) -> dict[str, float]:
         """``local_epochs`` epochs over the task's training batches, one optimizer step on
-        :meth:`objective` per batch; returns train metrics."""
+        :meth:`objective` per batch; returns train metrics (the last loss, and the steps taken)."""
         ctx.model.train()
         task = ctx.task
         loss = torch.zeros(())
+        steps = 0
         for _ in range(self.config.local_epochs):
             for batch in task.train_batches(ctx.data):
                 ctx.optimizer.zero_grad(set_to_none=True)
@@ -115,7 +119,8 @@ class Algorithm:
                 loss = self.objective(ctx, batch, z, task.classify(ctx.model, z, batch))
                 loss.backward()
                 ctx.optimizer.step()
-        return {"loss": float(loss.detach())}
+                steps += 1
+        return {"loss": float(loss.detach()), "steps": float(steps)}
 
     def objective(self, ctx: ClientContext, batch: Any, z: Tensor, logits: Tensor) -> Tensor:
         """The loss of one local step from the representations ``z`` and the ``logits`` of

@@ -102,6 +102,7 @@ class FedEPD(Algorithm):
     """Energy pruning, elite prototypes, low-pass injection, decoupled logit-adjusted calibration."""
 
     tasks = ("node-classification",)
+    whole_graph = "prunes edges by the energy of the client's whole graph and propagates over it (PPR)"
 
     class Options(Algorithm.Options):
         mu: float = Field(1.0, ge=0.0, description="logit adjustment intensity mu (Eq. 15)")

@@ -87,6 +87,7 @@ class FedGTA(Algorithm):
     """Personalised, topology-aware averaging from label-propagation statistics."""
 
     tasks = ("node-classification",)
+    whole_graph = "computes its topology-aware soft labels and moments over the client's whole graph"
 
     class Options(Algorithm.Options):
         prop_steps: int = Field(5, ge=1, description="label-propagation steps")

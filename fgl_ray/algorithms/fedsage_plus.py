@@ -189,6 +189,7 @@ class FedSagePlus(Algorithm):
     """FedAvg of a GraphSAGE classifier on graphs mended by per-client missing-neighbour generators."""
 
     tasks = ("node-classification",)
+    whole_graph = "hides nodes of the client's whole graph and mends it with NeighGen's generated neighbours"
     models = ("sage",)
 
     class Options(Algorithm.Options):

@@ -103,6 +103,7 @@ class FedSPA(Algorithm):
     """Edge-type-decoupled ACM-GCN on clients; Fisher- and homophily-bias-weighted averaging."""
 
     tasks = ("node-classification",)
+    whole_graph = "builds its shared structure statistics from the client's whole graph"
     models = ("acm_gcn",)
 
     class Options(Algorithm.Options):

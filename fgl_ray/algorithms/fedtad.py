@@ -247,6 +247,7 @@ class FedTAD(Algorithm):
     """FedAvg (any aggregator), then data-free distillation of the reliability-weighted participants."""
 
     tasks = ("node-classification",)
+    whole_graph = "scores class-wise knowledge reliability over the client's whole graph"
     models = NODE_BACKBONES
 
     class Options(Algorithm.Options):

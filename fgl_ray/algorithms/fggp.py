@@ -173,6 +173,7 @@ class FGGP(Algorithm):
     """Generalisable prototypes: a kNN-augmented view, prototype alignment, clustered prototype banks."""
 
     tasks = ("node-classification",)
+    whole_graph = "generates edges and prototypes over the client's whole graph"
     models = NODE_BACKBONES
 
     class Options(Algorithm.Options):

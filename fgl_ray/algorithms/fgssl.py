@@ -99,6 +99,7 @@ class FGSSL(Algorithm):
     """Cross-entropy plus node-level contrast and neighbourhood distillation against the global model."""
 
     tasks = ("node-classification",)
+    whole_graph = "distils node and structure knowledge over augmented views of the client's whole graph"
     models = NODE_BACKBONES
 
     class Options(Algorithm.Options):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,7 +56,7 @@ def build_node_data(config: ExperimentConfig) -> FederatedGraphData:
 
     Reads only ``dataset``, ``resolved_data_dir()``, ``partition``, ``num_clients``,
     ``clients_per_domain``, ``domain_ratios``, ``dirichlet_alpha``, ``resolved_split()``,
-    ``features``, ``feature_dim``, ``data_seed``, ``split_mode``, ``synthetic``, ``imbalance_ratio`` (long-tailed variants,
+    ``features``, ``feature_dim``, ``data_seed``, ``split_mode``, ``max_nodes``, ``synthetic``, ``imbalance_ratio`` (long-tailed variants,
     :mod:`fgl_ray.data.longtail`) and ``resolved_task()`` (two-view link prediction's structure
     view, :func:`~fgl_ray.data.multimodal.link_prediction_view`) from ``config``. ``meta["class_counts"]`` holds the global
     training nodes per class.
@@ -77,31 +79,34 @@ def build_node_data(config: ExperimentConfig) -> FederatedGraphData:
     else:
         domains = align_features(loaded, config.feature_dim, config.data_seed)
     partitioner, params = _partition_settings(config, len(domains))
+    names, dims = [domain.name for domain in domains], loaded[0].modality_dims
+    domain_meta = {
+        "domain_nodes": {domain.name: domain.data.num_nodes for domain in loaded},
+        "raw_feature_dims": {domain.name: domain.data.num_features for domain in loaded},
+        "features_aligned": any(a.data is not b.data for a, b in zip(domains, loaded)),
+    }
     graph = union_graph(domains)
+    del loaded, domains   # the union graph is the only copy from here on (gigabytes at millions of nodes)
     assignments = PARTITIONERS.get(partitioner)(graph, params)
     split = tuple(config.resolved_split())
-    clients = build_clients(graph, assignments, [domain.name for domain in domains], split, config.data_seed,
-                            config.split_mode)
+    clients = build_clients(graph, assignments, names, split, config.data_seed, config.split_mode)
     width = dataset_spec(config.dataset).structure_view
     if width and config.resolved_task() == "link-prediction":
         clients = link_prediction_view(graph, clients, client_nodes(graph, assignments), width, split, config.data_seed)
     num_classes = int(graph.y.max()) + 1
     clients = apply_imbalance(config.dataset, clients, num_classes, config.imbalance_ratio, config.data_seed)
-    dims = loaded[0].modality_dims
     if config.missing is not None:
         clients = apply_missing(clients, config.missing, dims, config.data_seed)
     return FederatedGraphData(
         clients=clients,
-        domains=[domain.name for domain in domains],
+        domains=names,
         num_features=graph.num_features,
         num_classes=num_classes,
         meta={
             "dataset": config.dataset,
             "partitioner": partitioner,
             "split": split,
-            "domain_nodes": {domain.name: domain.data.num_nodes for domain in loaded},
-            "raw_feature_dims": {domain.name: domain.data.num_features for domain in loaded},
-            "features_aligned": any(a.data is not b.data for a, b in zip(domains, loaded)),
+            **domain_meta,
             "features": config.features,
             "class_counts": global_class_counts(clients, num_classes).tolist(),
             "missing": config.missing,
@@ -111,12 +116,16 @@ def build_node_data(config: ExperimentConfig) -> FederatedGraphData:
 
 
 def load_domains(config: ExperimentConfig) -> list[DomainGraph]:
-    """The config's dataset as one cleaned graph per domain, before alignment and partitioning."""
+    """The config's dataset as one cleaned graph per domain, before alignment and partitioning
+    (cut to ``max_nodes`` seeded nodes when it is set)."""
     if config.dataset == SYNTHETIC:
         return generate_domains(SyntheticOptions(**config.synthetic), config.data_seed)
     if config.dataset == SYNTHETIC_MM:
         return generate_multimodal(MultimodalOptions(**config.synthetic), config.data_seed)
-    return load_spec(dataset_spec(config.dataset), config.resolved_data_dir(), resolve_cache_dir())
+    spec = dataset_spec(config.dataset)
+    if config.max_nodes is not None:
+        spec = replace(spec, load=partial(spec.load_subset, max_nodes=config.max_nodes, seed=config.data_seed))
+    return load_spec(spec, config.resolved_data_dir(), resolve_cache_dir())
 
 
 def dataset_domains(config: ExperimentConfig) -> list[str]:

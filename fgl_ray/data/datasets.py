@@ -398,3 +398,4 @@ for _group, _members in TU_GROUPS.items():
 
 
 from fgl_ray.data import longtail  # noqa: E402,F401  (registers the long-tailed variants; it reads this registry)
+from fgl_ray.data import ogb  # noqa: E402,F401  (registers the OGB node datasets; it reads this registry)

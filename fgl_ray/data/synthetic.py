@@ -12,6 +12,10 @@ Node features are noisy, so a GCN gains from aggregating neighbours (most in hom
 domains). The dataset's default split labels only 10% of the nodes: with so few labels a
 client training alone is data-limited, and a federation gains from pooling the shared part of
 the class signal (with 60% labels a local GCN already reaches the noise ceiling here).
+
+It scales to millions of nodes with a peak memory near its output's size: features are drawn a
+chunk at a time into one float32 tensor, and edges are deduplicated through int64 pair keys
+sorted in place. The values equal one whole-matrix draw, so chunking changes no output.
 """
 
 from __future__ import annotations
@@ -20,13 +24,15 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch_geometric.data import Data
-from torch_geometric.utils import remove_self_loops, to_undirected
 
 from fgl_ray.data.graphsets import one_hot_degree
 from fgl_ray.data.types import DomainGraph
 
 UNIFORM_FLOOR = 0.2
 """Share of each domain's class proportions spread uniformly, so every class occurs."""
+
+FEATURE_CHUNK = 1 << 22
+"""Feature values drawn at a time, in whole rows (bounds the float64 temporaries to 32 MiB each)."""
 
 
 class SyntheticOptions(BaseModel):
@@ -98,13 +104,40 @@ def _domain(options: SyntheticOptions, rng: np.random.Generator, shared_means: n
         np.sqrt(options.shared_signal) * shared_means + np.sqrt(1 - options.shared_signal) * own_means
     )
     offset = options.domain_shift * _unit_rows(rng, 1, options.num_features)
-    x = means[y] + offset + options.noise * rng.standard_normal((n, options.num_features))
+    x = _features(rng, y, means + offset, options.noise)
     edge_index = _edges(rng, y, round(n * mean_degree / 2), homophily)
-    return Data(x=torch.tensor(x, dtype=torch.float32), edge_index=edge_index, y=torch.tensor(y, dtype=torch.long))
+    return Data(x=x, edge_index=edge_index, y=torch.from_numpy(y))
+
+
+def _features(rng: np.random.Generator, y: np.ndarray, centres: np.ndarray, noise: float) -> torch.Tensor:
+    """``centres[y] + noise * N(0, I)`` as float32, about ``FEATURE_CHUNK`` values at a time.
+
+    Each chunk is drawn and summed in float64 and rounded once into the preallocated output, so
+    the values equal one whole-matrix float64 draw (the generator's stream is the same) while
+    only one chunk's float64 temporaries exist at a time.
+    """
+    x = torch.empty(len(y), centres.shape[1], dtype=torch.float32)
+    out, step = x.numpy(), max(1, FEATURE_CHUNK // centres.shape[1])
+    for start in range(0, len(y), step):
+        rows = centres[y[start:start + step]]
+        draw = rng.standard_normal(rows.shape)
+        draw *= noise
+        rows += draw
+        out[start:start + step] = rows
+    return x
 
 
 def _edges(rng: np.random.Generator, y: np.ndarray, num_edges: int, homophily: float) -> torch.Tensor:
-    """Draws ``num_edges`` undirected edges; a share ``homophily`` joins two nodes of one class."""
+    """Draws ``num_edges`` undirected edges; a share ``homophily`` joins two nodes of one class.
+
+    Self-loops and repeated pairs are dropped; the result holds both directions of every pair,
+    sorted by (row, column), as PyG's ``remove_self_loops`` then ``to_undirected`` return it.
+    """
+    return _both_directions(_drawn_pairs(rng, y, num_edges, homophily), len(y))
+
+
+def _drawn_pairs(rng: np.random.Generator, y: np.ndarray, num_edges: int, homophily: float) -> np.ndarray:
+    """The :func:`_pair_keys` of ``num_edges`` drawn node pairs (the draws end with this frame)."""
     n = len(y)
     source = rng.integers(n, size=num_edges)
     target = np.empty(num_edges, dtype=np.int64)
@@ -113,14 +146,44 @@ def _edges(rng: np.random.Generator, y: np.ndarray, num_edges: int, homophily: f
     counts = np.bincount(y)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     own = y[source[intra]]
-    target[intra] = by_class[starts[own] + (rng.random(intra.sum()) * counts[own]).astype(np.int64)]
+    picked = (rng.random(own.size) * counts[own]).astype(np.int64)
+    picked += starts[own]
+    target[intra] = by_class[picked]
+    del own, picked
     pending = np.flatnonzero(~intra)
     while pending.size:  # rejection sampling of a node from another class
         target[pending] = rng.integers(n, size=pending.size)
         pending = pending[y[target[pending]] == y[source[pending]]]
-    edge_index = torch.from_numpy(np.stack([source, target]))
-    edge_index, _ = remove_self_loops(edge_index)
-    return to_undirected(edge_index, num_nodes=n)
+    return _pair_keys(source, target, n)
+
+
+def _pair_keys(source: np.ndarray, target: np.ndarray, n: int) -> np.ndarray:
+    """The sorted distinct keys ``low * n + high`` of the pairs ``{source[i], target[i]}`` that
+    are not self-loops, sorted in place (``target`` is overwritten)."""
+    keys = np.minimum(source, target)
+    np.maximum(source, target, out=target)
+    loops = keys == target
+    keys *= n
+    keys += target
+    keys = keys[~loops]
+    keys.sort()
+    return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
+
+
+def _both_directions(keys: np.ndarray, n: int) -> torch.Tensor:
+    """The int64 ``[2, 2 K]`` edge index of the ``K`` pair keys in both directions, sorted by
+    (row, column); built and sorted inside the output, so the peak is the output plus ``keys``."""
+    pairs = keys.size
+    edge_index = torch.empty(2, 2 * pairs, dtype=torch.long)
+    rows, columns = edge_index.numpy()
+    columns[:pairs] = keys                                  # directed keys row * n + column ...
+    np.divmod(keys, n, out=(rows[:pairs], columns[pairs:]))
+    columns[pairs:] *= n
+    columns[pairs:] += rows[:pairs]                         # ... and their reverses
+    columns.sort()
+    np.floor_divide(columns, n, out=rows)                   # ... split into rows and columns
+    np.remainder(columns, n, out=columns)
+    return edge_index
 
 
 def _unit_rows(rng: np.random.Generator, rows: int, columns: int) -> np.ndarray:

@@ -42,6 +42,11 @@ class DatasetSpec:
         structure_view: the width of a first modality block that is an embedding of the graph's
             own edges (two-view graphs); for link prediction the data layer re-embeds the graph
             without any client's held-out edges, so that they never shape the inputs that score them.
+        own_split: the loader gives every domain the dataset's published ``train_mask``/``val_mask``/
+            ``test_mask`` (OGB's), which ``split_mode: dataset`` keeps; such datasets default to it.
+        load_subset: ``load_subset(root, cache_dir, max_nodes, seed)``: the dataset cut to a seeded
+            subset of ``max_nodes`` labelled nodes and the edges among them (config ``max_nodes``);
+            ``None`` where the dataset offers no such cut.
     """
 
     name: str
@@ -55,6 +60,8 @@ class DatasetSpec:
     shared_features: bool = True
     multimodal: bool = False
     structure_view: int = 0
+    own_split: bool = False
+    load_subset: Callable[..., object] | None = None
 
     @property
     def tasks(self) -> tuple[str, ...]:

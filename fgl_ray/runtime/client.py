@@ -18,6 +18,10 @@ from fgl_ray.runtime.seeding import derive_seed
 from fgl_ray.tasks import build_task
 
 
+#: The seed stream of a client's evaluation (neighbour-sampled batches), apart from its training's.
+EVALUATION_STREAM = 7
+
+
 class SimulatedClientFailure(RuntimeError):
     """Raised by a client that the config's ``failures`` plan makes fail this round."""
 
@@ -107,8 +111,10 @@ class ClientRuntime:
         """
         if self.config.evaluate == "global" or not self.trained:
             self.algorithm.receive(self.ctx, broadcast)
-        stats = self.task.evaluate(lambda batch: self.algorithm.predict(self.ctx, batch), self.ctx.data,
-                                   self.ctx.num_classes)
+        with torch.random.fork_rng(devices=[]):   # sampled evaluation draws from its own seed, no one else's
+            torch.manual_seed(derive_seed(self.config.seed, broadcast.round, self.client_id, EVALUATION_STREAM))
+            stats = self.task.evaluate(lambda batch: self.algorithm.predict(self.ctx, batch), self.ctx.data,
+                                       self.ctx.num_classes)
         return ClientEvaluation(client_id=self.client_id, stats=stats,
                                 metrics=self.algorithm.evaluation_metrics(self.ctx))
 

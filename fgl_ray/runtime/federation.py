@@ -29,7 +29,7 @@ from fgl_ray.results.references import reference_scores
 from fgl_ray.results.writer import METRICS_DIRNAME
 from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE, Checkpoint, load_checkpoint, save_checkpoint
 from fgl_ray.runtime.coverage import Coverage, FailureLog
-from fgl_ray.runtime.records import round_rows, round_timing, startup_rows, timing_rows
+from fgl_ray.runtime.records import local_work, round_rows, round_timing, startup_rows, timing_rows
 from fgl_ray.runtime.server import RoundResult
 from fgl_ray.runtime.timing import StartupClock
 from fgl_ray.tasks import build_task, pool_stats
@@ -285,6 +285,9 @@ class FederationRun:
         if self.clock.finished:
             summary["startup"] = self.clock.report()
         summary["round_timing"] = round_timing(metrics)
+        work = local_work(metrics)
+        if work:
+            summary["local_work"] = {"node_batching": config.node_batching, **work}
         changes = cluster_changes(metrics)
         if changes:
             summary["clustering"] = clustering_summary(changes)

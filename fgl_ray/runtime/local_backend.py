@@ -1,4 +1,5 @@
-"""In-process backend: one worker, the driver, hosts every client; clients run one after another."""
+"""In-process backend: one worker, the driver, hosts every client; clients run one after another, on
+the config's ``device`` (one GPU serves them in turn)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from fgl_ray.config import ExperimentConfig
+from fgl_ray.config import ExperimentConfig, resolved_device
 from fgl_ray.data.types import FederatedGraphData
 from fgl_ray.messages import Broadcast, ClientEvaluation, ClientFailure, ClientUpdate
 from fgl_ray.runtime.host import ClientHost
@@ -35,7 +36,7 @@ class LocalBackend:
     def __init__(self, config: ExperimentConfig, data: FederatedGraphData, clock: StartupClock | None = None) -> None:
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
-        self.host = ClientHost(data.clients, config, data.num_features, data.num_classes)
+        self.host = ClientHost(data.clients, config, data.num_features, data.num_classes, resolved_device(config))
         self.pool = LocalClientPool(self.host)
         self.server = ServerRuntime(config, self.pool, list(self.host.clients), data.num_features, data.num_classes)
         if clock is not None:

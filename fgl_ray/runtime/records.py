@@ -159,3 +159,13 @@ def round_timing(metrics: "pd.DataFrame") -> dict[str, float]:
     if len(whole):
         summary["round_seconds"] = float(whole.mean())
     return summary
+
+
+def local_work(metrics: "pd.DataFrame") -> dict[str, float]:
+    """Local optimizer steps (the ``steps`` train rows): per client and round on average, and per
+    round summed over the participants; empty when the algorithm does not count them."""
+    steps = metrics[(metrics.split == "train") & (metrics.metric == "steps")]
+    if steps.empty:
+        return {}
+    return {"steps_per_client_round": float(steps["value"].mean()),
+            "steps_per_round": float(steps.groupby("round")["value"].sum().mean())}

@@ -50,7 +50,7 @@ MANAGED_FIELDS = ("output_dir", "run_name")
 #: Fields that decide a trial's client partitions (``build_federated_data`` reads only these).
 DATA_FIELDS = ("dataset", "data_dir", "partition", "num_clients", "clients_per_domain", "domain_ratios",
                "dirichlet_alpha", "split", "split_mode", "features", "feature_dim", "data_seed", "synthetic",
-               "imbalance_ratio", "max_graphs", "missing")
+               "imbalance_ratio", "max_graphs", "max_nodes", "missing")
 
 #: Summary keys a metric may be taken over besides a domain name.
 AVG_OVER_DOMAINS = "avg_over_domains"

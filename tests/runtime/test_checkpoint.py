@@ -60,6 +60,8 @@ def crashed_and_resumed(make, data, crash_round: int, **changes):
     {"algorithm": "fedspa", "aggregator": "fedia"},             # FedIA (repl.)
     {"algorithm": "fedtad", "aggregator": "fedia"},             # server generator and Adams, FedIA's alpha
     {"algorithm": "fedtad", "algorithm_options": {"topology": "walk_ids"}, "fraction_fit": 0.67},
+    {"algorithm": "fedprox", "node_batching": "neighbor", "num_neighbors": [3, 2], "batch_size": 8,
+     "eval_batching": "sampled"},                               # sampled batches in training and evaluation
 ])
 def test_a_crashed_and_resumed_run_equals_the_uninterrupted_one(tiny_config, tiny_data, changes):
     whole, resumed = crashed_and_resumed(tiny_config, tiny_data, 2, backend="local", rounds=6, **changes)

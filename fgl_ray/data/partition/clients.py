@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from fgl_ray.data.partition.base import PartitionError
+from fgl_ray.data.partition.base import SPLIT_MASKS, PartitionError
 from fgl_ray.data.splits import client_generator, split_masks
 from fgl_ray.data.types import ClientGraph
 
@@ -33,10 +33,12 @@ def build_clients(
         domain_names: name of each domain index.
         split: train/val/test fractions.
         seed: the data seed.
-        split_mode: ``random`` or ``stratified`` (by class, :func:`~fgl_ray.data.splits.split_masks`).
+        split_mode: ``random`` or ``stratified`` (by class, :func:`~fgl_ray.data.splits.split_masks`),
+            or ``dataset``: each client keeps its nodes' entries of the graph's own masks.
 
     Raises:
-        PartitionError: a client has no nodes.
+        PartitionError: a client has no nodes, or ``split_mode`` is ``dataset`` and the graph
+            has no masks of its own.
         ValueError: a node is assigned twice.
     """
     counts = torch.bincount(torch.cat(list(assignments)), minlength=graph.num_nodes)
@@ -46,6 +48,9 @@ def build_clients(
         )
     if any(nodes.numel() == 0 for nodes in assignments):
         raise PartitionError("a partition produced an empty client; lower the number of clients")
+    if split_mode == "dataset" and not all(name in graph for name in SPLIT_MASKS):
+        raise PartitionError("split_mode 'dataset' keeps the dataset's own train/val/test masks, but this graph has "
+                             "none; use split_mode random or stratified")
     ordered = _ordered(graph, assignments)
     edges = _own_edges(graph, [nodes for nodes, _ in ordered])
     return [_client(graph, nodes, edge_index, client_id, domain_names[domain], split, seed, split_mode)
@@ -72,22 +77,28 @@ def _own_edges(graph: Data, clients: Sequence[Tensor]) -> list[Tensor]:
     (per-client calls read every edge once per client: minutes and gigabytes at 1,000 clients)."""
     sizes = torch.tensor([nodes.numel() for nodes in clients])
     members = torch.cat(list(clients))
-    owner = torch.full((graph.num_nodes,), -1, dtype=torch.long)
-    owner[members] = torch.repeat_interleave(torch.arange(len(clients)), sizes)
-    local = torch.empty(graph.num_nodes, dtype=torch.long)
-    local[members] = torch.arange(members.numel()) - torch.repeat_interleave(torch.cumsum(sizes, 0) - sizes, sizes)
-    source, target = graph.edge_index
-    inside = (owner[source] == owner[target]) & (owner[source] >= 0)
-    client_of = owner[source[inside]]
+    code = torch.full((graph.num_nodes,), -1, dtype=torch.long)   # client << 32 | local id; -1: no client
+    code[members] = ((torch.repeat_interleave(torch.arange(len(clients)), sizes) << 32) + torch.arange(members.numel())
+                     - torch.repeat_interleave(torch.cumsum(sizes, 0) - sizes, sizes))
+    source, target = code[graph.edge_index[0]], code[graph.edge_index[1]]   # one lookup per endpoint
+    inside = (source >> 32 == target >> 32) & (source >= 0)
+    source, target = source[inside], target[inside]
+    del inside
+    client_of = (source >> 32).int()
     order = torch.sort(client_of, stable=True).indices
-    edges = torch.stack([local[source[inside]], local[target[inside]]])[:, order]
     counts = torch.bincount(client_of, minlength=len(clients)).tolist()
-    return [part.clone() for part in torch.split(edges, counts, dim=1)]   # own storage: a view pickles all edges
+    del client_of
+    source.bitwise_and_(0xFFFFFFFF)
+    target.bitwise_and_(0xFFFFFFFF)
+    return [torch.stack([source[part], target[part]]) for part in torch.split(order, counts)]   # each its own storage
 
 
 def _client(graph: Data, nodes: Tensor, edge_index: Tensor, client_id: int, domain: str,
             split: tuple[float, float, float], seed: int, split_mode: str) -> ClientGraph:
-    train, val, test = split_masks(graph.y[nodes], split, split_mode, client_generator(seed, client_id))
+    if split_mode == "dataset":
+        train, val, test = (graph[name][nodes] for name in SPLIT_MASKS)
+    else:
+        train, val, test = split_masks(graph.y[nodes], split, split_mode, client_generator(seed, client_id))
     data = Data(x=graph.x[nodes], edge_index=edge_index, y=graph.y[nodes],
                 train_mask=train, val_mask=val, test_mask=test)
     return ClientGraph(client_id=client_id, domain=domain, data=data)

@@ -1,0 +1,93 @@
+"""Neighbour-sampled mini-batches of one client graph, through PyG's loader classes.
+
+PyG's ``NeighborLoader`` samples with ``pyg-lib`` or ``torch-sparse``, compiled packages this
+project does not require. :func:`neighbor_loader` uses it when either is installed; otherwise it
+hands PyG's ``NodeLoader`` a :class:`TorchNeighborSampler`, the same uniform sampling without
+replacement written in plain torch. Both yield PyG ``Data`` batches whose first ``batch_size``
+rows are the seed nodes and whose edges point from sampled neighbours to the nodes that drew them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch_geometric.typing
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.loader import NeighborLoader, NodeLoader
+from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+
+ALL_NEIGHBORS = -1
+
+
+class TorchNeighborSampler(BaseSampler):
+    """Uniform ``num_neighbors[hop]`` in-neighbours per node and hop, without replacement
+    (``-1``: all), over a CSC index built once; a node's neighbours are drawn once, at the hop
+    where it first enters the batch (PyG's ``NeighborSampler`` semantics, directed subgraph)."""
+
+    def __init__(self, edge_index: Tensor, num_nodes: int, num_neighbors: Sequence[int]) -> None:
+        source, target = edge_index.cpu()
+        order = torch.sort(target, stable=True).indices
+        self.sources = source[order]
+        self.edge_ids = order
+        self.colptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+        self.colptr[1:] = torch.cumsum(torch.bincount(target, minlength=num_nodes), 0)
+        self.num_neighbors = list(num_neighbors)
+        self._local = torch.full((num_nodes,), -1, dtype=torch.long)   # global -> batch id, reset after each batch
+
+    def sample_from_nodes(self, index: NodeSamplerInput, **kwargs) -> SamplerOutput:
+        seeds = index.node.cpu()
+        nodes, rows, cols, edges = [seeds], [], [], []
+        self._local[seeds] = torch.arange(seeds.numel())
+        frontier, count = seeds, seeds.numel()
+        try:
+            for fanout in self.num_neighbors:
+                positions, targets = self._draw(frontier, fanout)
+                source = self.sources[positions]
+                fresh = torch.unique(source[self._local[source] < 0])
+                self._local[fresh] = torch.arange(count, count + fresh.numel())
+                count += fresh.numel()
+                nodes.append(fresh)
+                rows.append(self._local[source])
+                cols.append(self._local[targets])
+                edges.append(self.edge_ids[positions])
+                frontier = fresh
+            node = torch.cat(nodes)
+        finally:
+            self._local[torch.cat(nodes)] = -1
+        return SamplerOutput(node=node, row=torch.cat(rows), col=torch.cat(cols), edge=torch.cat(edges),
+                             batch=None, num_sampled_nodes=[n.numel() for n in nodes],
+                             num_sampled_edges=[r.numel() for r in rows], metadata=(index.input_id, index.time))
+
+    def _draw(self, frontier: Tensor, fanout: int) -> tuple[Tensor, Tensor]:
+        """CSC positions of the in-edges drawn for each ``frontier`` node, and their target nodes."""
+        starts = self.colptr[frontier]
+        degree = self.colptr[frontier + 1] - starts
+        total = int(degree.sum())
+        segment = torch.repeat_interleave(torch.arange(frontier.numel()), degree, output_size=total)
+        offset = torch.arange(total) - torch.repeat_interleave(torch.cumsum(degree, 0) - degree, degree,
+                                                               output_size=total)
+        if fanout != ALL_NEIGHBORS and total:
+            # a random key per edge shuffles each node's edges in place (segments stay where they
+            # are, so ``offset`` is the rank within the node after the shuffle): the first
+            # ``fanout`` of each node are a uniform draw without replacement
+            shuffled = torch.sort(segment.double() + torch.rand(total, dtype=torch.float64)).indices
+            chosen = shuffled[offset < fanout]
+            segment, offset = segment[chosen], offset[chosen]
+        return starts[segment] + offset, frontier[segment]
+
+    def sample_from_edges(self, index, neg_sampling=None) -> SamplerOutput:
+        raise NotImplementedError("neighbour sampling serves node-level mini-batches only; link prediction "
+                                  "trains full-batch (node_batching: full)")
+
+
+def neighbor_loader(data: Data, seeds: Tensor, num_neighbors: Sequence[int], batch_size: int, shuffle: bool,
+                    transform: Callable[[Data], Data] | None = None) -> NodeLoader:
+    """Mini-batches of ``seeds`` (node ids of ``data``) with their sampled neighbourhoods."""
+    if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE:
+        return NeighborLoader(data, num_neighbors=list(num_neighbors), input_nodes=seeds, batch_size=batch_size,
+                              shuffle=shuffle, transform=transform)
+    sampler = TorchNeighborSampler(data.edge_index, data.num_nodes, num_neighbors)
+    return NodeLoader(data, node_sampler=sampler, input_nodes=seeds.cpu(), batch_size=batch_size, shuffle=shuffle,
+                      transform=transform)

@@ -1,0 +1,138 @@
+"""Neighbour-sampled mini-batches: the sampler's draws, the equality with full-batch training when
+nothing is left out, placement-independent runs, steps in the summary, and the refusals."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import to_undirected
+
+from fgl_ray.config import ConfigError, load_config
+from fgl_ray.results import read_metrics
+from fgl_ray.runtime import run_experiment
+from fgl_ray.tasks.sampling import neighbor_loader
+
+SAMPLED = {"node_batching": "neighbor", "num_neighbors": [3, 2], "batch_size": 8}
+
+
+def _graph(num_nodes=300, num_edges=1500, seed=0) -> Data:
+    generator = torch.Generator().manual_seed(seed)
+    edge_index = to_undirected(torch.randint(0, num_nodes, (2, num_edges), generator=generator), num_nodes=num_nodes)
+    return Data(x=torch.randn(num_nodes, 4, generator=generator), edge_index=edge_index,
+                y=torch.zeros(num_nodes, dtype=torch.long))
+
+
+def _in_neighbours(graph: Data, node: int) -> set[int]:
+    source, target = graph.edge_index
+    return set(source[target == node].tolist())
+
+
+def test_a_batch_holds_its_seeds_first_and_only_real_edges_at_most_the_fanout_per_node():
+    graph = _graph()
+    seeds = torch.arange(0, 300, 7)
+    batch = next(iter(neighbor_loader(graph, seeds, [4, 2], batch_size=20, shuffle=False)))
+    assert torch.equal(batch.n_id[:20], seeds[:20]) and batch.batch_size == 20
+    assert batch.n_id.unique().numel() == batch.n_id.numel()              # every node once
+    source, target = batch.n_id[batch.edge_index[0]], batch.n_id[batch.edge_index[1]]
+    assert torch.equal(graph.edge_index[:, batch.e_id], torch.stack([source, target]))   # edge ids are the graph's
+    first_hop, second_hop = batch.num_sampled_edges
+    drawn = torch.bincount(batch.edge_index[1], minlength=batch.num_nodes)
+    assert int(drawn[:20].max()) <= 4 and int(drawn[20:].max()) <= 2
+    for row, node in enumerate(batch.n_id[:20].tolist()):                 # all neighbours when the degree allows
+        neighbours = _in_neighbours(graph, node)
+        drawn_here = set(source[:first_hop][batch.edge_index[1][:first_hop] == row].tolist())
+        assert drawn_here <= neighbours and len(drawn_here) == min(4, len(neighbours))
+
+
+def test_draws_are_uniform_without_replacement():
+    graph = _graph(num_nodes=50, num_edges=600)
+    node = int(torch.bincount(graph.edge_index[1]).argmax())
+    neighbours = sorted(_in_neighbours(graph, node))
+    loader = neighbor_loader(graph, torch.tensor([node]), [3], batch_size=1, shuffle=False)
+    torch.manual_seed(0)
+    counts = dict.fromkeys(neighbours, 0)
+    draws = 3000
+    for _ in range(draws):
+        batch = next(iter(loader))
+        drawn = batch.n_id[batch.edge_index[0]].tolist()
+        assert len(set(drawn)) == 3                                       # without replacement
+        for neighbour in drawn:
+            counts[neighbour] += 1
+    expected = draws * 3 / len(neighbours)
+    chi2 = sum((c - expected) ** 2 / expected for c in counts.values())
+    assert chi2 < len(neighbours) - 1 + 5 * math.sqrt(2 * (len(neighbours) - 1))   # ~5 sigma
+
+
+def _scores(run) -> pd.DataFrame:
+    frame = read_metrics(run.run_dir).drop(columns="run_id")
+    frame = frame[~frame.metric.str.contains("seconds|steps")]
+    return frame.sort_values(["round", "client_id", "domain", "split", "metric"]).reset_index(drop=True)
+
+
+def test_every_neighbour_and_one_batch_give_the_full_batch_result(tiny_config, tiny_data):
+    """GraphSAGE's mean over all in-neighbours, with all training nodes in one batch: the same loss,
+    gradients and scores as the whole graph (up to summation order)."""
+    base = dict(backend="local", model="sage", dropout=0.0, rounds=3)
+    full = run_experiment(tiny_config(run_name="full", **base), tiny_data, progress=False)
+    largest = max(int(client.data.train_mask.sum()) for client in tiny_data.clients)
+    sampled = run_experiment(tiny_config(run_name="sampled", node_batching="neighbor", num_neighbors=[-1, -1],
+                                         batch_size=largest, eval_batching="sampled", **base), tiny_data,
+                             progress=False)
+    pd.testing.assert_frame_equal(_scores(sampled), _scores(full), check_exact=False, atol=1e-5, rtol=0)
+
+
+def test_sampled_runs_do_not_depend_on_placement(request, tiny_config, tiny_data):
+    request.getfixturevalue("ray_session")
+    runs = [run_experiment(tiny_config(backend=b, run_name=b, eval_batching="sampled", clients_per_actor=2,
+                                       **SAMPLED), tiny_data, progress=False) for b in ("local", "ray")]
+    pd.testing.assert_frame_equal(*(_scores(r) for r in runs), check_exact=True)
+
+
+def test_the_summary_states_the_local_steps(tiny_config, tiny_data):
+    run = run_experiment(tiny_config(backend="local", run_name="steps", **SAMPLED), tiny_data, progress=False)
+    batches = [math.ceil(int(client.data.train_mask.sum()) / SAMPLED["batch_size"]) for client in tiny_data.clients]
+    work = run.summary["local_work"]
+    assert work["node_batching"] == "neighbor"
+    assert work["steps_per_client_round"] == pytest.approx(2 * np.mean(batches))          # local_epochs = 2
+    assert work["steps_per_round"] == pytest.approx(2 * sum(batches))
+
+
+def test_training_on_sampled_batches_learns(tiny_config, tiny_data):
+    run = run_experiment(tiny_config(backend="local", run_name="learns", rounds=8, **SAMPLED), tiny_data,
+                         progress=False)
+    rows = read_metrics(run.run_dir)
+    accuracy = rows[(rows.client_id == "server") & (rows.domain == "all") & (rows.split == "test")
+                    & (rows.metric == "accuracy")].sort_values("round")["value"]
+    assert accuracy.iloc[-1] > max(accuracy.iloc[0], 1 / tiny_data.num_classes + 0.1)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"algorithm": "fedepd", **SAMPLED}, "fedepd.*whole graph.*node_batching 'full'"),
+    ({"algorithm": "fedsage_plus", "model": "sage", **SAMPLED}, "fedsage_plus.*whole graph"),
+    ({"dataset": "synthetic-graphs", **SAMPLED}, "node classification.*node_batching 'full'"),
+    ({**SAMPLED, "num_neighbors": [5]}, "one fanout per layer"),
+    ({**SAMPLED, "num_neighbors": [5, 0]}, "each >= 1 or -1"),
+    ({"eval_batching": "sampled"}, "need node_batching 'neighbor'"),
+    ({"device": "cuda", "backend": "ray"}, "gpus_per_client"),
+])
+def test_settings_that_cannot_sample_are_refused_with_the_fix(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(changes)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_a_gpu_is_refused_before_anything_runs():
+    with pytest.raises(ConfigError, match="torch sees no CUDA device.*--device cpu"):
+        load_config({"device": "cuda", "backend": "local"})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: auto means cuda there")
+def test_device_cpu_and_auto_give_identical_rows_on_a_machine_without_a_gpu(tiny_config, tiny_data):
+    runs = [run_experiment(tiny_config(backend="local", run_name=d, device=d), tiny_data, progress=False)
+            for d in ("cpu", "auto")]
+    pd.testing.assert_frame_equal(*(_scores(r) for r in runs), check_exact=True)
