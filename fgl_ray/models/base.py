@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import warnings
-from typing import ClassVar
+from typing import ClassVar, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +31,9 @@ class GraphModel(nn.Module):
     accepts_sparse_features: ClassVar[bool] = True
     #: The width of what ``encode`` returns (set by each backbone).
     representation_dim: int
+    #: ``encode``/``classify`` take ``hops`` (a neighbour-sampled batch's nodes and edges per hop) and
+    #: compute each layer only where a later layer reads it (PyG's ``trim_to_layer``).
+    trims_hops: ClassVar[bool] = False
 
     def shares(self, name: str) -> bool:
         """Whether trainable parameter ``name`` travels to the server (default: all do)."""
@@ -63,22 +66,45 @@ def check_model_options(name: str, options: dict) -> None:
         raise ValueError(f"model {name!r} has no option(s) {', '.join(unknown)}; valid options: {valid}")
 
 
+Hops = tuple[Sequence[int], Sequence[int]]
+"""A neighbour-sampled batch's node and edge counts per hop (seeds first)."""
+
+
 class ConvStack(GraphModel):
     """Message-passing layers ``conv -> ReLU -> dropout``, the last layer being the classifier.
 
     Subclasses build ``self.convs`` (one conv per :func:`layer_dims` entry) and set ``dropout``.
+    With ``hops`` (subclasses that set ``trims_hops``, whose convs take bipartite input), layer
+    ``i`` of ``L`` reads the nodes within ``L - i`` hops of the seeds and computes only those within
+    ``L - i - 1`` (exact for convolutions whose output at a node reads only its in-edges); the rows
+    it does not compute are returned as zeros.
     """
 
     convs: nn.ModuleList
     dropout: float
 
-    def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        for conv in self.convs[:-1]:
-            x = F.dropout(F.relu(conv(x, edge_index)), self.dropout, self.training)
-        return x
+    def encode(self, x: Tensor, edge_index: Tensor, hops: Hops | None = None) -> Tensor:
+        rows = x.shape[0]
+        for layer, conv in enumerate(self.convs[:-1]):
+            x = F.dropout(F.relu(self._layer(layer, conv, x, edge_index, hops)), self.dropout, self.training)
+        return _padded(x, rows)
 
-    def classify(self, h: Tensor, edge_index: Tensor) -> Tensor:
-        return self.convs[-1](h, edge_index)
+    def classify(self, h: Tensor, edge_index: Tensor, hops: Hops | None = None) -> Tensor:
+        return _padded(self._layer(len(self.convs) - 1, self.convs[-1], h, edge_index, hops), h.shape[0])
+
+    def _layer(self, layer: int, conv: nn.Module, x: Tensor, edge_index: Tensor, hops: Hops | None) -> Tensor:
+        if hops is None:
+            return conv(x, edge_index)
+        nodes, edges = hops
+        depth = len(self.convs) - layer               # hops this layer's inputs span
+        sources, targets = sum(nodes[:depth + 1]), sum(nodes[:depth])
+        x = x[:sources]
+        return conv((x, x[:targets]), edge_index[:, :sum(edges[:depth])], size=(sources, targets))
+
+
+def _padded(x: Tensor, rows: int) -> Tensor:
+    """``x`` with zero rows appended up to ``rows`` (the nodes a trimmed layer did not compute)."""
+    return x if x.shape[0] == rows else torch.cat([x, x.new_zeros(rows - x.shape[0], *x.shape[1:])])
 
 
 def uniform_dropout(x: Tensor, p: float, training: bool) -> Tensor:

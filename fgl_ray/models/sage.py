@@ -13,6 +13,7 @@ class GraphSAGE(ConvStack):
     """SAGEConv(mean) -> ReLU -> dropout per hidden layer, then a SAGEConv classifier."""
 
     accepts_sparse_features = False  # SAGEConv gathers raw neighbour features first
+    trims_hops = True                # a node's mean reads only its in-edges
 
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
                  dropout: float = 0.5) -> None:

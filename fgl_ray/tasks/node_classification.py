@@ -103,8 +103,18 @@ class NodeClassification(ClassificationTask, FullGraphTask):
         graph = _graph(data)
         return ((graph, getattr(graph, f"{split}_mask")),)
 
+    def encode(self, model: nn.Module, batch: Data) -> Tensor:
+        return model.encode(batch.x, batch.edge_index, **_hops(model, batch))
+
     def classify(self, model: nn.Module, z: Tensor, batch: Data) -> Tensor:
-        return model.classify(z, batch.edge_index)
+        return model.classify(z, batch.edge_index, **_hops(model, batch))
+
+
+def _hops(model: nn.Module, batch: Data) -> dict:
+    """``hops=`` for a sampled batch and a model that trims its layers to them, else nothing."""
+    if model.trims_hops and "num_sampled_nodes" in batch:
+        return {"hops": (batch.num_sampled_nodes, batch.num_sampled_edges)}
+    return {}
 
 
 def _graph(data: Data | SampledGraph) -> Data:

@@ -136,3 +136,21 @@ def test_device_cpu_and_auto_give_identical_rows_on_a_machine_without_a_gpu(tiny
     runs = [run_experiment(tiny_config(backend="local", run_name=d, device=d), tiny_data, progress=False)
             for d in ("cpu", "auto")]
     pd.testing.assert_frame_equal(*(_scores(r) for r in runs), check_exact=True)
+
+
+def test_graphsage_computes_only_what_the_seeds_read_and_gets_the_same_seed_logits():
+    from fgl_ray.models import build_model
+
+    graph = _graph(num_nodes=400, num_edges=3000)
+    batch = next(iter(neighbor_loader(graph, torch.arange(0, 400, 5), [4, 3, 2], batch_size=30, shuffle=False)))
+    model = build_model("sage", 4, 3, hidden=8, num_layers=3).eval()
+    hops = (batch.num_sampled_nodes, batch.num_sampled_edges)
+    with torch.no_grad():
+        whole = model.classify(model.encode(batch.x, batch.edge_index), batch.edge_index)
+        z = model.encode(batch.x, batch.edge_index, hops=hops)
+        trimmed = model.classify(z, batch.edge_index, hops=hops)
+    assert trimmed.shape == whole.shape
+    torch.testing.assert_close(trimmed[:30], whole[:30], rtol=0, atol=1e-6)
+    assert not trimmed[30:].any()                                   # rows no layer computed
+    within_one_hop = sum(batch.num_sampled_nodes[:2])
+    assert z[within_one_hop:].abs().sum() == 0 and z[:within_one_hop].abs().sum() > 0
