@@ -2,9 +2,10 @@
 
 Each setting is one ``fgl-ray run`` process, on Ray and in-process, with neighbour-sampled
 mini-batches (``batch_size`` seeds, ``num_neighbors`` per layer) and, where it fits, full-batch
-training: seconds per round (the mean of the rounds after round 0, with its training part), the
-local steps per round, and peak memory summed over the command and every process it starts
-(driver, the local Ray's processes, client workers) as RSS and PSS.
+training: seconds per training round (the rounds after round 0 but the last, which also
+evaluates; that evaluation is reported apart), the slowest client's training, the local steps
+per round, and peak memory summed over the command and every process it starts (driver, the
+local Ray's processes, client workers) as RSS and PSS.
 
 The graph is ``synthetic`` with 2M nodes of mean degree 30 (60M directed edge entries), cut into
 one client per generated domain: 10 domains of 200k nodes for 10 clients, 100 of 20k for 100
@@ -12,7 +13,7 @@ one client per generated domain: 10 domains of 200k nodes for 10 clients, 100 of
 this machine). The clients keep every edge of their domain.
 
 Targets (issue 32, 2-core machine): within 20 GB summed memory; on Ray at least 1.5x faster
-per round than in-process at 10 clients.
+per training round than in-process at 10 clients.
 
     python benchmarks/large_graph.py [--clients 10 100] [--batching neighbor full] [--record]
 """
@@ -29,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fedia_common import record_output  # noqa: E402
 from measure import cli_run, gigabytes  # noqa: E402
 
+from fgl_ray.results import read_metrics  # noqa: E402
+
 NODES, MEAN_DEGREE = 2_000_000, 30   # the issue's graph; --nodes scales it down for a quick check
 MEMORY_TARGET, SPEED_TARGET = 20e9, 1.5
 
@@ -44,10 +47,18 @@ def values(clients: int, batching: str, backend: str, args) -> dict:
 
 
 def measure(settings: dict, out: Path) -> dict:
+    """Seconds per training round (the rounds between round 0 and the evaluated last one), the last
+    round's evaluation, the slowest client's training, local steps and peak memory of one run."""
     done = cli_run(settings, out, memory=True)
     summary = done["summaries"][0]
-    timing = summary["round_timing"]
-    return {"round": timing["round_seconds"], "train": timing.get("client_slowest_seconds", float("nan")),
+    rows = read_metrics(done["run_dirs"][0])
+    server = rows[rows.client_id == "server"]
+    rounds = server[(server.split == "round") & (server.metric == "seconds")].set_index("round")["value"]
+    last = int(rounds.index.max())
+    evaluation = server[(server.split == "timing") & (server.metric == "evaluate_seconds") & (server["round"] == last)]
+    slowest = server[(server.split == "timing") & (server.metric == "client_slowest_seconds") & (server["round"] > 0)]
+    return {"round": float(rounds.loc[1:last - 1].mean()), "evaluate": float(evaluation["value"].sum()),
+            "train": float(slowest["value"].mean()),
             "steps": summary.get("local_work", {}).get("steps_per_round", float("nan")),
             "rss": done["peak_rss"], "pss": done["peak_pss"]}
 
@@ -58,7 +69,7 @@ def main() -> None:
     parser.add_argument("--batching", nargs="+", choices=("neighbor", "full"), default=["neighbor", "full"])
     parser.add_argument("--backends", nargs="+", choices=("ray", "local"), default=["ray", "local"])
     parser.add_argument("--nodes", type=int, default=NODES)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=1024)
@@ -87,9 +98,10 @@ def main() -> None:
                         say(f"{clients:>4} clients {batching:>8} {backend:>5}: FAILED "
                             f"({str(error).strip().splitlines()[-1][:160]})")
                         continue
-                    say(f"{clients:>4} clients {batching:>8} {backend:>5}: {got['round']:7.2f} s/round (slowest "
-                        f"client's training {got['train']:6.2f} s, {got['steps']:.0f} local steps per round), peak "
-                        f"RSS {gigabytes(got['rss'])}, PSS {gigabytes(got['pss'])}")
+                    say(f"{clients:>4} clients {batching:>8} {backend:>5}: {got['round']:7.2f} s per training round "
+                        f"(slowest client {got['train']:6.2f} s, {got['steps']:.0f} local steps per round), "
+                        f"evaluation {got['evaluate']:6.1f} s, peak RSS {gigabytes(got['rss'])}, PSS "
+                        f"{gigabytes(got['pss'])}")
     for (clients, batching, backend), got in sorted(results.items()):
         verdict = "met" if got["pss"] < MEMORY_TARGET else "MISSED"
         say(f"memory {clients} clients {batching} {backend}: PSS {gigabytes(got['pss'])}, target < "
@@ -101,7 +113,7 @@ def main() -> None:
                 speedup = local["round"] / ray["round"]
                 target = f", target >= {SPEED_TARGET}x: {'met' if speedup >= SPEED_TARGET else 'MISSED'}" \
                     if clients == 10 and batching == "neighbor" else ""
-                say(f"{clients} clients {batching}: Ray {speedup:.2f}x faster per round than in-process{target}")
+                say(f"{clients} clients {batching}: Ray {speedup:.2f}x faster per training round than in-process{target}")
     if args.record:
         record_output("large-graph", lines)
 

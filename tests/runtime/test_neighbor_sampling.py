@@ -12,12 +12,16 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
+from fgl_ray.algorithms import ALGORITHMS
 from fgl_ray.config import ConfigError, load_config
 from fgl_ray.results import read_metrics
 from fgl_ray.runtime import run_experiment
 from fgl_ray.tasks.sampling import neighbor_loader
 
 SAMPLED = {"node_batching": "neighbor", "num_neighbors": [3, 2], "batch_size": 8}
+#: The node-classification algorithms that train on the task's batches (the rest need whole graphs).
+BATCHED = [name for name in ALGORITHMS.names() if "node-classification" in ALGORITHMS.get(name).tasks
+           and ALGORITHMS.get(name).whole_graph is None and ALGORITHMS.get(name).models in (None, ("sage",))]
 
 
 def _graph(num_nodes=300, num_edges=1500, seed=0) -> Data:
@@ -154,3 +158,13 @@ def test_graphsage_computes_only_what_the_seeds_read_and_gets_the_same_seed_logi
     assert not trimmed[30:].any()                                   # rows no layer computed
     within_one_hop = sum(batch.num_sampled_nodes[:2])
     assert z[within_one_hop:].abs().sum() == 0 and z[:within_one_hop].abs().sum() > 0
+
+
+@pytest.mark.parametrize("algorithm", BATCHED)
+def test_every_algorithm_that_trains_on_task_batches_runs_sampled(tiny_config, tiny_data, algorithm):
+    run = run_experiment(tiny_config(backend="local", run_name=algorithm, algorithm=algorithm, model="sage",
+                                     **SAMPLED), tiny_data, progress=False)
+    rows = read_metrics(run.run_dir)
+    assert rows[rows.metric == "failed"].empty
+    assert rows[(rows.split == "test") & (rows.metric == "accuracy")]["value"].between(0, 1).all()
+    assert len(BATCHED) >= 6
