@@ -168,3 +168,27 @@ def test_every_algorithm_that_trains_on_task_batches_runs_sampled(tiny_config, t
     assert rows[rows.metric == "failed"].empty
     assert rows[(rows.split == "test") & (rows.metric == "accuracy")]["value"].between(0, 1).all()
     assert len(BATCHED) >= 6
+
+
+@pytest.mark.parametrize("changes", [{}, {**SAMPLED, "eval_batching": "sampled"}])
+def test_a_whole_graph_is_predicted_once_for_both_splits(tiny_config, tiny_data, changes):
+    from fgl_ray.models import build_model
+    from fgl_ray.tasks import build_task
+
+    config = tiny_config(backend="local", **changes)
+    task = build_task(config)
+    graph = tiny_data.clients[0]
+    model = build_model("gcn", tiny_data.num_features, tiny_data.num_classes, hidden=8).eval()
+    data = task.prepare(graph, model, "cpu")
+    calls = []
+
+    def predict(batch):
+        calls.append(batch)
+        return model(batch.x, batch.edge_index)
+
+    stats = task.evaluate(predict, data, tiny_data.num_classes)
+    batches = {split: list(task.split_batches(data, split)) for split in ("val", "test")}
+    expected = 1 if not changes else sum(len(b) for b in batches.values())
+    assert len(calls) == expected
+    for split in ("val", "test"):                                    # every split node counted once
+        assert stats[split]["confusion"].sum() == int(getattr(graph.data, f"{split}_mask").sum())
