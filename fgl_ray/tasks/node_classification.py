@@ -16,7 +16,7 @@ from fgl_ray.data.types import ClientGraph
 from fgl_ray.models.base import quiet_sparse_warnings
 from fgl_ray.tasks.base import EVAL_SPLITS, TASKS, FullGraphTask
 from fgl_ray.tasks.classification import ClassificationTask
-from fgl_ray.tasks.sampling import neighbor_loader
+from fgl_ray.tasks.sampling import neighbor_loader, neighbor_sampler
 
 if TYPE_CHECKING:
     from fgl_ray.config import ExperimentConfig
@@ -54,8 +54,6 @@ def seed_mask(batch: Data) -> Tensor:
     return torch.arange(batch.num_nodes, device=batch.y.device) < batch.batch_size
 
 
-
-
 @TASKS.register("node-classification")
 class NodeClassification(ClassificationTask, FullGraphTask):
     """The client's graph is the batch: ``model.encode(x, edge_index)``, cross-entropy on ``train_mask``;
@@ -79,9 +77,10 @@ class NodeClassification(ClassificationTask, FullGraphTask):
             batch.train_mask = seed_mask(batch)
             return batch
 
+        sampler = neighbor_sampler(data, config.num_neighbors)     # one in-edge index for every loader
+
         def loader(mask: Tensor, shuffle: bool, transform) -> NodeLoader:
-            return neighbor_loader(data, mask.nonzero().flatten(), config.num_neighbors, config.batch_size,
-                                   shuffle, transform)
+            return neighbor_loader(data, sampler, mask.nonzero().flatten(), config.batch_size, shuffle, transform)
 
         splits = ({split: loader(getattr(data, f"{split}_mask"), False, on_device) for split in EVAL_SPLITS}
                   if config.eval_batching == "sampled" else {})

@@ -1,9 +1,9 @@
 """Neighbour-sampled mini-batches of one client graph, through PyG's loader classes.
 
 PyG's ``NeighborLoader`` samples with ``pyg-lib`` or ``torch-sparse``, compiled packages this
-project does not require. :func:`neighbor_loader` uses it when either is installed; otherwise it
-hands PyG's ``NodeLoader`` a :class:`TorchNeighborSampler`, the same uniform sampling without
-replacement written in plain torch. Both yield PyG ``Data`` batches whose first ``batch_size``
+project does not require. :func:`neighbor_sampler` gives PyG's sampler when either is installed,
+else a :class:`TorchNeighborSampler`, the same uniform sampling without replacement written in
+plain torch; :func:`neighbor_loader` hands it to PyG's ``NodeLoader``. Both yield PyG ``Data`` batches whose first ``batch_size``
 rows are the seed nodes and whose edges point from sampled neighbours to the nodes that drew them.
 """
 
@@ -15,8 +15,8 @@ import torch
 import torch_geometric.typing
 from torch import Tensor
 from torch_geometric.data import Data
-from torch_geometric.loader import NeighborLoader, NodeLoader
-from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+from torch_geometric.loader import NodeLoader
+from torch_geometric.sampler import BaseSampler, NeighborSampler, NodeSamplerInput, SamplerOutput
 
 ALL_NEIGHBORS = -1
 
@@ -82,12 +82,17 @@ class TorchNeighborSampler(BaseSampler):
                                   "trains full-batch (node_batching: full)")
 
 
-def neighbor_loader(data: Data, seeds: Tensor, num_neighbors: Sequence[int], batch_size: int, shuffle: bool,
-                    transform: Callable[[Data], Data] | None = None) -> NodeLoader:
-    """Mini-batches of ``seeds`` (node ids of ``data``) with their sampled neighbourhoods."""
+def neighbor_sampler(data: Data, num_neighbors: Sequence[int]) -> BaseSampler:
+    """The sampler of ``data`` (its in-edge index is built here, once): PyG's ``NeighborSampler``
+    where ``pyg-lib`` or ``torch-sparse`` is installed, else :class:`TorchNeighborSampler`."""
     if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE:
-        return NeighborLoader(data, num_neighbors=list(num_neighbors), input_nodes=seeds, batch_size=batch_size,
-                              shuffle=shuffle, transform=transform)
-    sampler = TorchNeighborSampler(data.edge_index, data.num_nodes, num_neighbors)
+        return NeighborSampler(data, num_neighbors=list(num_neighbors))
+    return TorchNeighborSampler(data.edge_index, data.num_nodes, num_neighbors)
+
+
+def neighbor_loader(data: Data, sampler: BaseSampler, seeds: Tensor, batch_size: int, shuffle: bool,
+                    transform: Callable[[Data], Data] | None = None) -> NodeLoader:
+    """Mini-batches of ``seeds`` (node ids of ``data``) with their neighbourhoods drawn by ``sampler``
+    (one sampler serves every loader of a graph)."""
     return NodeLoader(data, node_sampler=sampler, input_nodes=seeds.cpu(), batch_size=batch_size, shuffle=shuffle,
                       transform=transform)

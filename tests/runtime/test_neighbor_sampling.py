@@ -16,7 +16,7 @@ from fgl_ray.algorithms import ALGORITHMS
 from fgl_ray.config import ConfigError, load_config
 from fgl_ray.results import read_metrics
 from fgl_ray.runtime import run_experiment
-from fgl_ray.tasks.sampling import neighbor_loader
+from fgl_ray.tasks.sampling import neighbor_loader, neighbor_sampler
 
 SAMPLED = {"node_batching": "neighbor", "num_neighbors": [3, 2], "batch_size": 8}
 #: The node-classification algorithms that train on the task's batches (the rest need whole graphs).
@@ -31,6 +31,10 @@ def _graph(num_nodes=300, num_edges=1500, seed=0) -> Data:
                 y=torch.zeros(num_nodes, dtype=torch.long))
 
 
+def _loader(graph: Data, seeds, fanouts, batch_size: int):
+    return neighbor_loader(graph, neighbor_sampler(graph, fanouts), seeds, batch_size, shuffle=False)
+
+
 def _in_neighbours(graph: Data, node: int) -> set[int]:
     source, target = graph.edge_index
     return set(source[target == node].tolist())
@@ -39,7 +43,7 @@ def _in_neighbours(graph: Data, node: int) -> set[int]:
 def test_a_batch_holds_its_seeds_first_and_only_real_edges_at_most_the_fanout_per_node():
     graph = _graph()
     seeds = torch.arange(0, 300, 7)
-    batch = next(iter(neighbor_loader(graph, seeds, [4, 2], batch_size=20, shuffle=False)))
+    batch = next(iter(_loader(graph, seeds, [4, 2], batch_size=20)))
     assert torch.equal(batch.n_id[:20], seeds[:20]) and batch.batch_size == 20
     assert batch.n_id.unique().numel() == batch.n_id.numel()              # every node once
     source, target = batch.n_id[batch.edge_index[0]], batch.n_id[batch.edge_index[1]]
@@ -57,7 +61,7 @@ def test_draws_are_uniform_without_replacement():
     graph = _graph(num_nodes=50, num_edges=600)
     node = int(torch.bincount(graph.edge_index[1]).argmax())
     neighbours = sorted(_in_neighbours(graph, node))
-    loader = neighbor_loader(graph, torch.tensor([node]), [3], batch_size=1, shuffle=False)
+    loader = _loader(graph, torch.tensor([node]), [3], batch_size=1)
     torch.manual_seed(0)
     counts = dict.fromkeys(neighbours, 0)
     draws = 3000
@@ -146,7 +150,7 @@ def test_graphsage_computes_only_what_the_seeds_read_and_gets_the_same_seed_logi
     from fgl_ray.models import build_model
 
     graph = _graph(num_nodes=400, num_edges=3000)
-    batch = next(iter(neighbor_loader(graph, torch.arange(0, 400, 5), [4, 3, 2], batch_size=30, shuffle=False)))
+    batch = next(iter(_loader(graph, torch.arange(0, 400, 5), [4, 3, 2], batch_size=30)))
     model = build_model("sage", 4, 3, hidden=8, num_layers=3).eval()
     hops = (batch.num_sampled_nodes, batch.num_sampled_edges)
     with torch.no_grad():
@@ -192,3 +196,15 @@ def test_a_whole_graph_is_predicted_once_for_both_splits(tiny_config, tiny_data,
     assert len(calls) == expected
     for split in ("val", "test"):                                    # every split node counted once
         assert stats[split]["confusion"].sum() == int(getattr(graph.data, f"{split}_mask").sum())
+
+
+def test_every_loader_of_a_client_shares_one_sampler(tiny_config, tiny_data):
+    """The in-edge index is built once per client graph, not once per loader."""
+    from fgl_ray.models import build_model
+    from fgl_ray.tasks import build_task
+
+    task = build_task(tiny_config(backend="local", eval_batching="sampled", **SAMPLED))
+    model = build_model("sage", tiny_data.num_features, tiny_data.num_classes, hidden=8)
+    data = task.prepare(tiny_data.clients[0], model, "cpu")
+    loaders = [data.train, data.ordered, *data.splits.values()]
+    assert len(loaders) == 4 and len({id(loader.node_sampler) for loader in loaders}) == 1
