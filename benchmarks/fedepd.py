@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fedia_common import complete_run, finished_summary, replace_section  # noqa: E402
 
 from fgl_ray.algorithms.fedepd import FedEPD  # noqa: E402
+from fgl_ray.errors import as_folder_name  # noqa: E402
 from fgl_ray.config import load_config  # noqa: E402
 from fgl_ray.data import build_federated_data  # noqa: E402
 from fgl_ray.results import plot_class_accuracy  # noqa: E402
@@ -79,7 +80,7 @@ def run_method(dataset: str, label: str, algorithm: str, options: dict, data, ar
     """Runs one method for every seed; returns the per-seed last-K pooled test scores."""
     scores = []
     for seed in range(args.seeds):
-        name = f"{dataset}-{algorithm}-{'-'.join(f'{k}={v}' for k, v in options.items()) or 'default'}-s{seed}"
+        name = as_folder_name(f"{dataset}-{algorithm}-{'-'.join(f'{k}={v}' for k, v in options.items()) or 'default'}-s{seed}")
         config = load_config(base_config(dataset, args) | dict(algorithm=algorithm, algorithm_options=options,
                                                                 seed=seed, run_name=name))
         started = time.perf_counter()

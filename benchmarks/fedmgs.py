@@ -50,6 +50,7 @@ from fedia_common import (RunLedger, complete_run, finished_summary, percent_ove
 from fgl_ray.algorithms import ALGORITHMS  # noqa: E402
 from fgl_ray.config import load_config  # noqa: E402
 from fgl_ray.data import build_federated_data  # noqa: E402
+from fgl_ray.errors import as_folder_name  # noqa: E402
 from fgl_ray.results import read_metrics  # noqa: E402
 from fgl_ray.runtime import open_backend  # noqa: E402
 from fgl_ray.tasks import TASKS  # noqa: E402
@@ -129,7 +130,7 @@ def experiment_name(dataset: str, task: str, rate: float, clients: int, algorith
                     model_options: dict, seed: int) -> str:
     """The run folder's name: the setting, the algorithm and the options it sets."""
     settings = '-'.join(f'{k}={v}' for k, v in {**options, **model_options}.items()) or 'default'
-    return f"{dataset}-{task}-{TASK_MISSING[task]}{rate}-k{clients}-{algorithm}-{settings}-s{seed}"
+    return as_folder_name(f"{dataset}-{task}-{TASK_MISSING[task]}{rate}-k{clients}-{algorithm}-{settings}-s{seed}")
 
 
 def last_means(summary: dict) -> dict[str, float]:

@@ -38,6 +38,7 @@ from fedia_common import (RunLedger, complete_run, finished_summary, percent_ove
 from fgl_ray.algorithms import ALGORITHMS  # noqa: E402
 from fgl_ray.config import load_config  # noqa: E402
 from fgl_ray.data import build_federated_data  # noqa: E402
+from fgl_ray.errors import as_folder_name  # noqa: E402
 
 PROTOCOL = {"partition": "louvain", "num_clients": 10, "model": "gcn", "num_layers": 2, "hidden": 64,
             "dropout": 0.5, "optimizer": "adam", "lr": 1e-2, "weight_decay": 5e-4, "local_epochs": 3,
@@ -70,7 +71,7 @@ def run(dataset: str, method: str, seed: int, args, data_cache: dict) -> dict[st
     values = PROTOCOL | args.set | {
         "model": backbone(method), "dataset": dataset, "algorithm": algorithm, "seed": seed, "backend": "local",
         "torch_threads": args.torch_threads, "output_dir": str(args.out), "overwrite": True,
-        "run_name": f"{dataset}-louvain10{changed}-{method.replace('@', '-')}-s{seed}"}
+        "run_name": as_folder_name(f"{dataset}-louvain10{changed}-{method.replace('@', '-')}-s{seed}")}
     if args.data_dir:
         values["data_dir"] = str(args.data_dir)
     config = load_config(values)

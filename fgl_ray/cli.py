@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import signal
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any, Literal, Sequence
 import yaml
 
 from fgl_ray.config import ConfigError, ExperimentConfig, check_fields, load_config, yaml_problem
-from fgl_ray.errors import DatasetUnavailable, PartitionError
+from fgl_ray.errors import DatasetUnavailable, PartitionError, folder_name
 
 #: What ``fgl-ray run`` compares when no algorithm is named.
 DEFAULT_COMPARISON = ("fedavg", "local")
@@ -51,6 +53,15 @@ def _config_values(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in ExperimentConfig.model_fields if hasattr(args, name)}
 
 
+#: Set to 1 to see the traceback of an unexpected error (as ``--debug`` does).
+DEBUG_ENV = "FGL_RAY_DEBUG"
+
+
+def _add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the traceback of an unexpected error (or set {DEBUG_ENV}=1)")
+
+
 class _Parser(argparse.ArgumentParser):
     """Argument errors in one line with a pointer to ``--help``, not the whole usage text."""
 
@@ -72,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", default=None,
                      help="a running Ray cluster to join (default $RAY_ADDRESS, else a local Ray starts); runs "
                           "borrow the workers of its pool when one runs there (fgl-ray pool start)")
+    _add_debug_flag(run)
 
     datasets = commands.add_parser("datasets", help="datasets and whether each is available offline")
     datasets.add_argument("--data-dir", type=Path, default=None, help="dataset root (default $FGL_DATA_DIR or cache)")
@@ -89,6 +101,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         values = _resume_values(args, values)
     check_fields(values, args.config)   # a bad value is answered before torch and PyG load
+    if args.compare:
+        _check_compare(args.compare)
     algorithms = args.compare or ((values["algorithm"],) if "algorithm" in values else DEFAULT_COMPARISON)
     named = values.get("run_name")
     configs = [load_config(values | {"algorithm": name} | ({"run_name": f"{named}-{name}"} if named and
@@ -98,9 +112,11 @@ def _run(args: argparse.Namespace) -> int:
     from fgl_ray.data import check_files, expected_clients
     from fgl_ray.runtime.federation import check_fits
 
+    _STAGE.now = f"checking the files of --dataset {configs[0].dataset}"
     check_files(configs[0])
     for config in configs:
         check_fits(config, range(expected_clients(config)))
+    _STAGE.now = "starting Ray" + (f" (--address {args.address})" if args.address else "")
     simulator = _simulator(args, configs[0])   # every input is valid: Ray may start now
     try:
         return _run_all(args, configs, simulator, clock)
@@ -130,6 +146,8 @@ def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulato
     clock.mark("imports")
     if simulator is not None:
         simulator.prestart(configs[0], expected_clients(configs[0]))
+    _STAGE.now = (f"building the data of --dataset {configs[0].dataset} (--partition {configs[0].partition}"
+                  + (f", --synthetic {configs[0].synthetic}" if configs[0].synthetic else "") + ")")
     data = build_federated_data(configs[0])
     for config in configs:
         check_fits(config, [graph.client_id for graph in data.clients])
@@ -138,6 +156,7 @@ def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulato
     results, startups = {}, {}
     for config in configs:
         run = simulator.run if simulator is not None else run_experiment
+        _STAGE.now = f"running --algorithm {config.algorithm} --aggregator {config.aggregator}"
         result = run(config, data, progress=not args.no_progress, resume=args.resume is not None, clock=clock)
         label = f"{config.algorithm}+{config.aggregator}"
         results[label] = result
@@ -154,6 +173,9 @@ def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulato
     metric = build_task(configs[0]).headline
     print(f"{metric} per domain ({window}):\n{comparison_table(summaries, metric)}")
     print(f"\npooled over all clients ({window}):\n{pooled_table(summaries)}")
+    if len(results) > 1:
+        figure = _comparison_figure({label: result.run_dir for label, result in results.items()}, metric)
+        print(f"\ncomparison of the runs' domain-average test {metric}: {figure}")
     print()
     for label, line in startups.items():
         print(f"{label}: {line}")
@@ -162,6 +184,10 @@ def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulato
             work = summary["local_work"]
             print(f"{label}: local work {work['steps_per_client_round']:g} steps per client and round "
                   f"({work['steps_per_round']:g} per round, node batching {work['node_batching']})")
+    unscored = [label for label, summary in summaries.items() if not _scored(summary, metric)]
+    for label in unscored:
+        print(f"fgl-ray: run {label} has no test {metric} (no client held a test node it could score); "
+              f"give the test split a larger share (--split) or fewer, larger clients", file=sys.stderr)
     incomplete = {label: s["coverage"] for label, s in summaries.items() if not s["coverage"]["complete"]}
     for label, coverage in incomplete.items():
         because = "; ".join(coverage["problems"])
@@ -175,7 +201,35 @@ def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulato
                   "trained; see failures.jsonl", file=sys.stderr)
     if any(coverage.get("interrupted") for coverage in incomplete.values()):
         return 130
-    return 1 if incomplete else 0
+    return 1 if incomplete or unscored else 0
+
+
+def _scored(summary: dict[str, Any], metric: str) -> bool:
+    """Whether a run's summary holds a pooled test ``metric`` (a number, not n/a)."""
+    value = summary["all"].get(metric, {}).get("mean")
+    return value is not None and not math.isnan(value)
+
+
+def _comparison_figure(run_dirs: dict[str, Path], metric: str) -> Path:
+    """One PNG of the compared runs' domain-average test ``metric`` over rounds, beside their folders."""
+    from fgl_ray.results import plot_comparison, read_metrics
+
+    first = next(iter(run_dirs.values()))
+    path = first.parent / f"comparison-{first.name}.png"
+    return plot_comparison({label: read_metrics(folder) for label, folder in run_dirs.items()}, path, metric)
+
+
+def _check_compare(names: Sequence[str]) -> None:
+    """``--compare`` names: each one folder name (a run folder is named after it), none twice."""
+    try:
+        for name in names:
+            folder_name(name, "--compare name")
+    except ValueError as problem:
+        raise ConfigError(str(problem)) from None
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError(f"--compare names {', '.join(twice)} more than once, which would run the same federation "
+                          "again into another folder; list each algorithm once")
 
 
 #: What ``run --resume`` lets change: where and how fast the rest of a run goes, never what it computes.
@@ -189,12 +243,12 @@ def _resume_values(args: argparse.Namespace, typed: dict[str, Any]) -> dict[str,
 
     from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE
 
-    folder = args.resume
+    folder = args.resume.resolve()   # `--resume .` inside a run folder names it too
     if not (folder / "manifest.json").is_file():
-        raise ConfigError(f"--resume {folder}: not a run folder (no manifest.json); pass the folder a run printed "
+        raise ConfigError(f"--resume {args.resume}: not a run folder (no manifest.json); pass the folder a run printed "
                           "after 'results:'")
     if not (folder / CHECKPOINT_FILE).is_file():
-        raise ConfigError(f"--resume {folder}: the run saved no checkpoint (it finished, or ran without "
+        raise ConfigError(f"--resume {args.resume}: the run saved no checkpoint (it finished, or ran without "
                           "--checkpoint-every and was not stopped with Ctrl-C or SIGTERM)")
     changed = sorted(set(typed) - set(RESUME_FIELDS)) + (["compare"] if args.compare else []) \
         + (["config"] if args.config else [])
@@ -259,6 +313,7 @@ def _add_tune_commands(commands) -> None:
     tune.add_argument("--address", default=None,
                       help="a running Ray cluster to join (default $RAY_ADDRESS, else a local Ray starts); trials "
                            "borrow the workers of its pool when one runs there (fgl-ray pool start)")
+    _add_debug_flag(tune)
 
     pool = commands.add_parser("pool", help="a pool of warm client workers on a running Ray cluster (the service)")
     actions = pool.add_subparsers(dest="action", required=True)
@@ -273,6 +328,7 @@ def _add_tune_commands(commands) -> None:
 
     report = commands.add_parser("report", help="redraw plots of a grid folder or a run folder from stored results")
     report.add_argument("folder", type=Path, help="a grid folder (grid.json) or a run folder (metrics.parquet)")
+    _add_debug_flag(report)
 
 
 def _set_values(items: Sequence[str]) -> dict[str, Any]:
@@ -291,6 +347,7 @@ def _set_values(items: Sequence[str]) -> dict[str, Any]:
 def _tune(args: argparse.Namespace) -> int:
     from fgl_ray.tune.grid import load_grid
 
+    _STAGE.now = f"reading the grid file {args.grid}"
     grid = load_grid(args.grid, set_values=_set_values(args.set_values), limit=args.limit, output_dir=args.output)
     print(f"grid {grid.name}: {len(grid.trials)} points over {', '.join(grid.axis_paths)}"
           f" + {len(grid.baselines)} baseline run(s) -> {grid.output_dir}", flush=True)
@@ -301,6 +358,7 @@ def _tune(args: argparse.Namespace) -> int:
     from fgl_ray.tune.report import format_trials
     from fgl_ray.tune.runner import run_grid
 
+    _STAGE.now = f"running the grid {grid.name} into {grid.output_dir}"
     outcome = run_grid(grid, resume=args.resume, verbose=args.verbose, address=args.address)
     import pandas as pd
 
@@ -327,6 +385,7 @@ def _report(args: argparse.Namespace) -> int:
     from fgl_ray.tune.report import is_grid_folder, redraw_grid, redraw_run
 
     folder = args.folder
+    _STAGE.now = f"redrawing {folder}"
     try:
         if is_grid_folder(folder):
             heatmaps, notes, table = redraw_grid(folder)
@@ -409,6 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     defer_pyg_datasets()
 
     signal.signal(signal.SIGTERM, interrupt_on_sigterm)
+    _STAGE.now = "reading the flags" + (f" and the config file {args.config}" if getattr(args, "config", None) else "")
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:
@@ -417,6 +477,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, PartitionError, DatasetUnavailable) as error:
         print(f"fgl-ray: {_with_flags(str(error), argv)}", file=sys.stderr)
         return 2
+    except Exception as error:
+        if getattr(args, "debug", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        print(f"fgl-ray: {_unexpected(error)} while {_STAGE.now}; results already written are kept. "
+              f"Rerun with --debug (or {DEBUG_ENV}=1) for the traceback", file=sys.stderr)
+        return 1
+
+
+class _Stage:
+    """What the command is doing, for the one line an unexpected error prints."""
+
+    now = "starting"
+
+
+_STAGE = _Stage()
+
+
+def _unexpected(error: Exception) -> str:
+    if isinstance(error, MemoryError):
+        return "out of memory"
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:300]}" if text else type(error).__name__
 
 
 def _with_flags(message: str, argv: Sequence[str]) -> str:

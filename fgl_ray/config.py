@@ -15,7 +15,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
-from fgl_ray.errors import default_data_dir, output_folder
+from fgl_ray.errors import default_data_dir, file_problem, folder_name, output_folder, output_problem
 
 
 class ConfigError(ValueError):
@@ -290,16 +290,14 @@ class ExperimentConfig(BaseModel):
     @field_validator("output_dir")
     @classmethod
     def _writable_output(cls, value: Path) -> Path:
-        existing = value
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        if not existing.is_dir():
-            where = "is a file" if existing == value else f"lies under the file {str(existing)!r}"
-            raise ValueError(f"output_dir {str(value)!r} {where}; choose a folder")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise ValueError(f"output_dir {str(value)!r} is not writable ({str(existing)!r} refuses new files); "
-                             "choose a folder you can write to")
+        if problem := output_problem(value):
+            raise ValueError(f"output_dir {str(value)!r} {problem}; choose a folder you can write to")
         return value
+
+    @field_validator("run_name")
+    @classmethod
+    def _run_folder_name(cls, value: Optional[str]) -> Optional[str]:
+        return value if value is None else folder_name(value, "run_name")
 
     @field_validator("gpus_per_client", mode="before")
     @classmethod
@@ -330,6 +328,9 @@ class ExperimentConfig(BaseModel):
             return value
         if any(part < 0 for part in value) or value[0] <= 0 or abs(sum(value) - 1.0) > 1e-6:
             raise ValueError(f"split must be three non-negative fractions summing to 1 with train > 0, got {value}")
+        if value[2] <= 0:
+            raise ValueError(f"split {list(value)} leaves no test nodes, and every figure a run reports is a test "
+                             "figure; give the test part a share, e.g. [0.6, 0.2, 0.2]")
         return value
 
     @field_validator("domain_ratios")
@@ -603,10 +604,8 @@ def read_yaml_mapping(path: str | Path, label: str, error: type[ConfigError] = C
         ``error``: the file is missing or does not hold a mapping; ``label`` names it.
     """
     path = Path(path)
-    if path.is_dir():
-        raise error(f"{label} {str(path)!r} is a folder; give the YAML file itself")
-    if not path.is_file():
-        raise error(f"{label} {str(path)!r} does not exist")
+    if problem := file_problem(path):
+        raise error(f"{label} {str(path)!r} {problem}")
     try:
         loaded = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as problem:

@@ -25,7 +25,10 @@ def test_run_compares_fedavg_and_local_by_default(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "fedavg+mean" in out and "local+mean" in out and "AVG" in out
     assert "balanced_accuracy" in out and "macro_f1" in out                    # the pooled table
-    assert len(list(tmp_path.iterdir())) == 2
+    folders = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    (figure,) = tmp_path.glob("*.png")                                          # one comparison figure
+    assert len(folders) == 2 and figure.name == f"comparison-{folders[0]}.png"
+    assert f"domain-average test accuracy: {figure}" in out
 
 
 def test_a_partition_that_does_not_fit_the_data_is_a_clean_error(tmp_path, capsys):
@@ -81,7 +84,7 @@ def test_a_named_comparison_gives_every_run_its_own_folder(tmp_path, capsys):
     arguments = ["run", "--backend", "local", "--rounds", "1", "--no-progress", "--output-dir", str(tmp_path),
                  "--synthetic", "{nodes_per_domain: 60, num_features: 8}", "--hidden", "8", "--run-name", "cmp"]
     assert cli.main(arguments) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp-fedavg", "cmp-local"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp-fedavg", "cmp-local", "comparison-cmp-fedavg.png"]
     assert cli.main(arguments) == 2                                    # the same names again: refused
     assert "already holds a run's results" in capsys.readouterr().err
 
@@ -109,3 +112,52 @@ def test_a_run_that_loses_most_clients_exits_non_zero_and_says_once_why(tmp_path
     (run_dir,) = tmp_path.iterdir()
     summary = __import__("json").loads((run_dir / "summary.json").read_text())
     assert summary["coverage"]["complete"] is False and summary["coverage"]["rounds_aggregated"] == 0
+
+
+def test_an_unexpected_error_before_the_first_round_is_one_line_naming_the_stage(tmp_path, monkeypatch, capsys):
+    import fgl_ray.data
+
+    def broken(config):
+        raise RuntimeError("disk\nfull")
+
+    monkeypatch.setattr(fgl_ray.data, "build_federated_data", broken)
+    assert cli.main(TINY_RUN + ["--output-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fgl-ray: RuntimeError: disk full while building the data of --dataset synthetic")
+    assert "--debug" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    with pytest.raises(RuntimeError, match="disk"):                            # --debug shows the traceback
+        cli.main(TINY_RUN + ["--output-dir", str(tmp_path), "--debug"])
+    monkeypatch.setenv(cli.DEBUG_ENV, "1")
+    with pytest.raises(RuntimeError, match="disk"):
+        cli.main(TINY_RUN + ["--output-dir", str(tmp_path)])
+
+
+def test_running_out_of_memory_is_said_in_one_line(tmp_path, monkeypatch, capsys):
+    import fgl_ray.data
+
+    def exhausted(config):
+        raise MemoryError()
+
+    monkeypatch.setattr(fgl_ray.data, "build_federated_data", exhausted)
+    assert cli.main(TINY_RUN + ["--output-dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith("fgl-ray: out of memory while building the data")
+
+
+def test_an_unexpected_error_in_a_grid_or_report_is_one_line(tmp_path, monkeypatch, capsys):
+    import fgl_ray.tune.report
+
+    def broken(folder):
+        raise ValueError("parquet footer")
+
+    monkeypatch.setattr(fgl_ray.tune.report, "is_grid_folder", broken)
+    assert cli.main(["report", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"fgl-ray: ValueError: parquet footer while redrawing {tmp_path}") and len(err.splitlines()) == 1
+
+
+def test_a_run_without_a_test_figure_exits_non_zero(tmp_path):
+    scored = {"all": {"accuracy": {"mean": 0.5, "std": 0.0}}}
+    assert cli._scored(scored, "accuracy")
+    assert not cli._scored({"all": {"accuracy": {"mean": float("nan"), "std": 0.0}}}, "accuracy")
+    assert not cli._scored({"all": {"accuracy": {"mean": None, "std": None}}}, "accuracy")
+    assert not cli._scored({"all": {}}, "accuracy")

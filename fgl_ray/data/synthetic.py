@@ -20,6 +20,8 @@ sorted in place. The values equal one whole-matrix draw, so chunking changes no 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -63,7 +65,38 @@ class SyntheticOptions(BaseModel):
                 f"nodes_per_domain ({self.nodes_per_domain}) must be >= num_classes ({self.num_classes}) "
                 "so that every class occurs in every domain"
             )
+        needed, memory = generator_bytes(self), machine_memory()
+        if needed > memory:
+            raise ValueError(
+                f"generating {self.num_domains} domains of {self.nodes_per_domain:,} nodes ({self.num_features} "
+                f"features, mean degree up to {max(self.mean_degree):g}) needs about {_size(needed)}, more than this "
+                f"machine's {_size(memory)} of memory; lower nodes_per_domain, num_features or "
+                "mean_degree"
+            )
         return self
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
+
+
+def machine_memory() -> int:
+    """This machine's physical memory in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def generator_bytes(options: SyntheticOptions) -> int:
+    """An upper estimate of :func:`generate_domains`'s peak memory in bytes.
+
+    Every domain's output (float32 features, int64 labels, an int64 edge index holding both
+    directions of at most ``E`` pairs: 32 bytes per drawn pair) plus the largest domain's
+    temporaries: the edge draw's sources, targets, class picks and pair keys (about 41 bytes per
+    drawn pair) and one feature chunk's float64 arrays.
+    """
+    n, width = options.nodes_per_domain, options.num_features
+    pairs = [round(n * degree / 2) for degree in np.linspace(*options.mean_degree, options.num_domains)]
+    outputs = sum(4 * n * width + 8 * n + 32 * drawn for drawn in pairs)
+    return outputs + 41 * max(pairs) + 16 * n + 3 * 8 * min(n * width, FEATURE_CHUNK)
 
 
 def domain_names(num_domains: int) -> list[str]:

@@ -47,6 +47,36 @@ def plot_learning_curves(
     if title is None:
         run_ids = sorted(df["run_id"].unique())
         title = f"test {metric} per domain" + (f" ({run_ids[0]})" if run_ids else "")
+    return _save_over_rounds(fig, ax, path, metric, title)
+
+
+def plot_comparison(
+    runs: "dict[str, pd.DataFrame]",
+    path: str | os.PathLike[str],
+    metric: str = "accuracy",
+) -> Path:
+    """Draws each run's domain-average test ``metric`` over rounds in one figure.
+
+    Args:
+        runs: label -> the run's ``read_metrics`` table.
+        path: the PNG to write.
+        metric: the metric to compare.
+
+    Returns:
+        The PNG path.
+    """
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for label, df in runs.items():
+        test = round_tables(server_rows(df), TEST_SPLIT).get(metric)
+        if test is not None:
+            ax.plot(test.index, test[AVG_KEY], linewidth=1.8, label=label)
+    return _save_over_rounds(fig, ax, path, metric, f"test {metric}, average over domains")
+
+
+def _save_over_rounds(fig: Figure, ax, path: str | os.PathLike[str], metric: str, title: str) -> Path:
+    """Labels a ``metric``-over-rounds axes, adds its legend and writes the figure as a PNG."""
     ax.set_title(title)
     ax.set_xlabel("round")
     ax.set_ylabel(metric)
@@ -122,8 +152,8 @@ def plot_class_accuracy(
     Classes are sorted by decreasing ``class_counts`` (ties: lower index first); with more than
     ``bins`` classes they are split into ``bins`` consecutive groups of near-equal size and each
     group shows its mean accuracy (over classes with test samples) and its mean training count.
-    Gray bars (right axis) are training counts; shaded spans mark the head, medium and tail
-    classes cut at ``cuts`` (fractions of the classes, as :func:`fgl_ray.metrics.head_medium_tail`).
+    Gray bars (right axis) are training counts; shaded, labelled spans mark the head, medium and
+    tail classes cut at ``cuts`` (fractions of the classes, as :func:`fgl_ray.metrics.head_medium_tail`).
 
     Args:
         accuracies: method label -> per-class accuracy ``[C]`` (NaN for classes without samples),
@@ -150,10 +180,13 @@ def plot_class_accuracy(
     ax.set_zorder(bars.get_zorder() + 1)
     ax.patch.set_visible(False)
     bounds = [0, round(cuts[0] * order.size), round(cuts[1] * order.size), order.size]
-    for (start, stop), colour in zip(zip(bounds[:-1], bounds[1:]), ("tab:blue", "tab:orange", "tab:red")):
+    bands = zip(zip(bounds[:-1], bounds[1:]), ("tab:blue", "tab:orange", "tab:red"), ("head", "medium", "tail"))
+    for (start, stop), colour, band in bands:
         inside = [i for i, g in enumerate(groups) if start <= g[0] < stop]
         if inside:
             ax.axvspan(min(inside) - 0.5, max(inside) + 0.5, color=colour, alpha=0.07)
+            ax.text((min(inside) + max(inside)) / 2, 0.98, band, transform=ax.get_xaxis_transform(), ha="center",
+                    va="top", color=colour, fontsize=9, fontweight="bold")
     for label, accuracy in accuracies.items():
         values = np.asarray(accuracy, dtype=np.float64)[order]
         with np.errstate(invalid="ignore"):
@@ -165,8 +198,8 @@ def plot_class_accuracy(
     ax.set_ylabel("test accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    if accuracies:
-        ax.legend(loc="upper right", fontsize="small")
+    if accuracies:   # below the axes, clear of the band labels
+        fig.legend(loc="outside lower center", ncols=min(len(accuracies), 4), fontsize="small")
     ax.set_title(title or "per-class test accuracy, classes sorted by training frequency")
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from fgl_ray.config import ConfigError, ExperimentConfig
 from fgl_ray.data import build_federated_data
 from fgl_ray.data.longtail import training_class_counts
 from fgl_ray.data.types import FederatedGraphData
+from fgl_ray.errors import as_folder_name
 from fgl_ray.interrupts import StopRequest, interrupts_deferred
 from fgl_ray.metrics import class_frequency_order
 from fgl_ray.models.base import model_options
@@ -134,7 +135,7 @@ def claim_run_dir(run_dir: Path, overwrite: bool) -> Path:
 
 def default_run_id(config: ExperimentConfig) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return config.run_name or f"{config.algorithm}-{config.aggregator}-{config.dataset}-{config.partition}-{stamp}"
+    return config.run_name or as_folder_name(f"{config.algorithm}-{config.aggregator}-{config.dataset}-{config.partition}-{stamp}")
 
 
 def _pooled_val(rows: list[dict], metric: str) -> float | None:

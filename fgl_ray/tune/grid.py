@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fgl_ray.config import (ConfigError, ExperimentConfig, load_config, read_yaml_mapping, validation_lines,
                             yaml_problem)
-from fgl_ray.errors import output_folder
+from fgl_ray.errors import as_folder_name, file_problem, folder_name, output_folder, output_problem
 
 #: Fields the grid runner sets for every trial (each trial writes ``<grid>/runs/<point id>``).
 MANAGED_FIELDS = ("output_dir", "run_name")
@@ -192,6 +192,9 @@ class GridPoint:
     config: ExperimentConfig
     baseline: bool = False
 
+    def __post_init__(self) -> None:
+        folder_name(self.id, "grid point id")   # each trial writes <grid>/runs/<point id>
+
     @property
     def label(self) -> str:
         text = " ".join(f"{path.rsplit('.', 1)[-1]}={_show(v)}" for path, v in self.axes.items())
@@ -278,8 +281,8 @@ def load_grid(path: str | Path, set_values: Mapping[str, Any] | None = None, lim
         GridError: a malformed file, or every bad point with its axis values and config error.
     """
     path = Path(path)
-    if not path.is_file():
-        raise GridError(f"grid file {str(path)!r} does not exist")
+    if problem := file_problem(path):
+        raise GridError(f"grid file {str(path)!r} {problem}")
     try:
         document = yaml.safe_load(path.read_text())
     except yaml.YAMLError as problem:
@@ -313,14 +316,16 @@ def build_grid(document: Mapping[str, Any], name: str = "grid", root: Path | Non
     axes = _axes(spec, limit)
     heatmap = _heatmap(spec, axes)
     metric = MetricSpec(name=spec.metric) if isinstance(spec.metric, str) else spec.metric
-    grid_name = spec.name or name
-    points = _points(base, axes, heatmap, _baseline(spec))
-    _check_metric(metric, points)
     try:
+        grid_name = folder_name(spec.name, "the grid's name") if spec.name else as_folder_name(name)
         folder = output_folder(output_dir if output_dir is not None else
                                (spec.output_dir or Path("results") / "tune" / grid_name), "the grid's output_dir")
     except ValueError as problem:
         raise GridError(str(problem)) from None
+    if problem := output_problem(folder):
+        raise GridError(f"the grid's folder {str(folder)!r} {problem}; choose another with --output or output_dir")
+    points = _points(base, axes, heatmap, _baseline(spec))
+    _check_metric(metric, points)
     return Grid(
         name=grid_name, axes=axes, points=tuple(points), metric=metric, heatmap=heatmap, output_dir=folder,
         cpus_per_trial=None if spec.cpus_per_trial == "auto" else float(spec.cpus_per_trial),

@@ -219,3 +219,42 @@ def test_peak_memory_grows_with_the_output_not_with_dense_temporaries():
     (small_peak, small_size), (large_peak, large_size) = json.loads(probe.stdout.strip().splitlines()[-1])
     assert large_peak >= 0.8 * large_size, "the probe sees the output in its RSS"
     assert large_peak - small_peak <= 2.5 * (large_size - small_size)
+
+
+ESTIMATE_PROBE = """
+import json
+from fgl_ray.data.synthetic import SyntheticOptions, generate_domains, generator_bytes
+
+def kib(field):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field))
+
+rows = []
+for domains, n, width, degrees in ((1, 300000, 64, (20, 20)), (3, 150000, 16, (4, 30))):
+    options = SyntheticOptions(num_domains=domains, nodes_per_domain=n, num_features=width, mean_degree=degrees)
+    open("/proc/self/clear_refs", "w").write("5")        # resets the peak (VmHWM) to the current RSS
+    before = kib("VmRSS:")
+    graphs = generate_domains(options, 0)
+    rows.append(((kib("VmHWM:") - before) * 1024, generator_bytes(options)))
+    del graphs
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="reads and resets peak RSS through Linux /proc")
+def test_the_memory_estimate_bounds_the_generators_peak_from_above_and_closely():
+    """The estimate that refuses oversized graphs is at least the measured peak growth (so a graph it
+    admits fits) and at most twice it (so it refuses only what is far too big): 1.45-1.55x here."""
+    probe = subprocess.run([sys.executable, "-c", ESTIMATE_PROBE], capture_output=True, text=True, timeout=120,
+                           check=True)
+    for peak, estimate in json.loads(probe.stdout.strip().splitlines()[-1]):
+        assert peak <= estimate <= 2 * peak
+
+
+def test_a_graph_larger_than_the_machine_is_refused_before_anything_is_allocated(monkeypatch):
+    from fgl_ray.data import synthetic
+
+    fits = SyntheticOptions(nodes_per_domain=1000)
+    monkeypatch.setattr(synthetic, "machine_memory", lambda: synthetic.generator_bytes(fits))
+    SyntheticOptions(nodes_per_domain=1000)                                     # exactly the machine: admitted
+    with pytest.raises(ValidationError, match=r"needs about \d+ MiB, more than this machine's \d+ MiB"):
+        SyntheticOptions(nodes_per_domain=1001)
