@@ -80,7 +80,8 @@ def run_method(dataset: str, label: str, algorithm: str, options: dict, data, ar
     """Runs one method for every seed; returns the per-seed last-K pooled test scores."""
     scores = []
     for seed in range(args.seeds):
-        name = as_folder_name(f"{dataset}-{algorithm}-{'-'.join(f'{k}={v}' for k, v in options.items()) or 'default'}-s{seed}")
+        settings = "-".join(f"{k}={v}" for k, v in options.items()) or "default"
+        name = as_folder_name(f"{dataset}-{algorithm}-{settings}-s{seed}")
         config = load_config(base_config(dataset, args) | dict(algorithm=algorithm, algorithm_options=options,
                                                                 seed=seed, run_name=name))
         started = time.perf_counter()

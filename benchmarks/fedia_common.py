@@ -31,6 +31,7 @@ from fgl_ray.algorithms import ALGORITHMS
 from fgl_ray.config import ExperimentConfig, load_config
 from fgl_ray.data import build_federated_data
 from fgl_ray.runtime import run_experiment
+from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE
 from fgl_ray.runtime.ray_backend import ray_session
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -83,10 +84,27 @@ def best_val_avg(summary: Mapping) -> float | None:
 DATA_MODEL_OPTIONS = {"modality_dims"}  # model options a run takes from its data (recorded, never asked for)
 
 
+#: Rounds between the checkpoints of a benchmark run that sets none (``checkpoint_every`` only
+#: says how the run goes, never what it computes).
+CHECKPOINT_EVERY = 10
+
+
 def complete_run(config: ExperimentConfig, data, **options):
     """``run_experiment`` without a progress bar; a run that stopped early (a signal, or too little
-    coverage) ends the benchmark, so that a grid neither tabulates it nor goes on to the next cell."""
-    result = run_experiment(config, data, progress=False, **options)
+    coverage) ends the benchmark, so that a grid neither tabulates it nor goes on to the next cell.
+
+    The run saves a checkpoint every :data:`CHECKPOINT_EVERY` rounds (unless its config sets
+    another period), and a run folder holding a checkpoint of the same experiment is continued
+    from it: a long reproduction killed with its session goes on where it stopped, with the rows
+    an uninterrupted run would write."""
+    if config.checkpoint_every == 0:
+        config = config.model_copy(update={"checkpoint_every": CHECKPOINT_EVERY})
+    folder = Path(config.output_dir) / str(config.run_name)
+    resume = (config.run_name is not None and (folder / CHECKPOINT_FILE).is_file()
+              and recorded_config(folder, config) is not None)
+    if resume:
+        print(f"{config.run_name}: continuing {folder} from its checkpoint", flush=True)
+    result = run_experiment(config, data, progress=False, resume=resume, **options)
     if not result.summary.get("coverage", {}).get("complete", True):
         sys.exit(f"{config.run_name}: the run did not complete (see {result.run_dir}); the benchmark stops here")
     return result
@@ -109,17 +127,25 @@ def same_experiment(recorded: Mapping, config: ExperimentConfig) -> bool:
     return True
 
 
+def recorded_config(folder: Path, config: ExperimentConfig) -> dict | None:
+    """The config recorded in the run folder ``folder`` when it is the experiment ``config``
+    (``same_experiment``; model options a run takes from its data aside), else None."""
+    if not (folder / "manifest.json").is_file():
+        return None
+    recorded = json.loads((folder / "manifest.json").read_text())["config"]
+    recorded["model_options"] = {k: v for k, v in recorded.get("model_options", {}).items()
+                                 if k not in DATA_MODEL_OPTIONS or k in config.model_options}
+    return recorded if same_experiment(recorded, config) else None
+
+
 def finished_summary(config: ExperimentConfig, *needed: str) -> dict | None:
     """The summary of a finished run of ``config`` in its run folder (which also holds the files
     ``needed``), when its manifest records the same experiment (``same_experiment``); None
     otherwise, and for a run that did not complete."""
     folder = Path(config.output_dir) / config.run_name
-    if not all((folder / name).is_file() for name in ("summary.json", "manifest.json", *needed)):
+    if not all((folder / name).is_file() for name in ("summary.json", *needed)):
         return None
-    recorded = json.loads((folder / "manifest.json").read_text())["config"]
-    recorded["model_options"] = {k: v for k, v in recorded.get("model_options", {}).items()
-                                 if k not in DATA_MODEL_OPTIONS or k in config.model_options}
-    if not same_experiment(recorded, config):
+    if recorded_config(folder, config) is None:
         return None
     summary = json.loads((folder / "summary.json").read_text())
     if not summary.get("coverage", {}).get("complete", True):
@@ -159,21 +185,29 @@ class RunLedger:
 
 
 def save_confusions(run_dir: Path, domains: Sequence[str], domain_of: Mapping[int, str]):
-    """An ``on_round`` callback collecting per-domain pooled test confusion matrices; call its
-    ``write()`` after the run."""
+    """An ``on_round`` callback collecting per-domain pooled test confusion matrices into
+    ``test_confusions.npz``, saved after every round (a few KiB), so a resumed run starts from
+    the saved rounds before its first one; ``write()`` saves them too."""
+    path = Path(run_dir) / "test_confusions.npz"
     rounds, matrices = [], []
 
     def collect(result, _rows) -> None:
-        if result.evaluations:
-            per_domain = {d: 0 for d in domains}
-            for evaluation in result.evaluations:
-                per_domain[domain_of[evaluation.client_id]] += evaluation.stats["test"]["confusion"]
-            rounds.append(result.round)
-            matrices.append(np.stack([per_domain[d] for d in domains]))
+        if not result.evaluations:
+            return
+        if not rounds and path.is_file():
+            with np.load(path) as saved:
+                kept = saved["rounds"] < result.round
+                rounds.extend(saved["rounds"][kept].tolist())
+                matrices.extend(saved["confusions"][kept])
+        per_domain = {d: 0 for d in domains}
+        for evaluation in result.evaluations:
+            per_domain[domain_of[evaluation.client_id]] += evaluation.stats["test"]["confusion"]
+        rounds.append(result.round)
+        matrices.append(np.stack([per_domain[d] for d in domains]))
+        write()
 
     def write() -> None:
-        np.savez_compressed(Path(run_dir) / "test_confusions.npz", rounds=np.array(rounds),
-                            domains=np.array(domains), confusions=np.stack(matrices))
+        np.savez_compressed(path, rounds=np.array(rounds), domains=np.array(domains), confusions=np.stack(matrices))
 
     collect.write = write
     return collect

@@ -152,7 +152,8 @@ def test_an_unexpected_error_in_a_grid_or_report_is_one_line(tmp_path, monkeypat
     monkeypatch.setattr(fgl_ray.tune.report, "is_grid_folder", broken)
     assert cli.main(["report", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"fgl-ray: ValueError: parquet footer while redrawing {tmp_path}") and len(err.splitlines()) == 1
+    assert err.startswith(f"fgl-ray: ValueError: parquet footer while redrawing {tmp_path}")
+    assert len(err.splitlines()) == 1
 
 
 def test_a_run_without_a_test_figure_exits_non_zero(tmp_path):

@@ -57,3 +57,55 @@ def test_the_fedmgs_benchmark_composes_only_the_rows_asked_for(tmp_path, monkeyp
     rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ") and "ρ=" not in line]
     assert rows == ["FedProto", "FedMGS (graph readout)"]
     assert "| — | — | — |" in section
+
+
+def test_a_benchmark_run_killed_with_its_session_continues_from_its_checkpoint(tmp_path, capsys):
+    """complete_run checkpoints every CHECKPOINT_EVERY rounds and continues a folder that holds a
+    checkpoint of the same experiment: its rows and confusions equal an uninterrupted run's."""
+    import pandas as pd
+    import pytest
+
+    from fgl_ray.config import load_config
+    from fgl_ray.data import build_federated_data
+    from fgl_ray.results import read_metrics
+    from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE
+
+    class Killed(Exception):
+        pass
+
+    def values(name):
+        return {"synthetic": {"num_domains": 2, "nodes_per_domain": 40, "num_features": 8}, "hidden": 8,
+                "rounds": 5, "backend": "local", "torch_threads": 1, "output_dir": str(tmp_path), "run_name": name,
+                "overwrite": True}
+
+    def rows(folder):
+        frame = read_metrics(folder).drop(columns="run_id")
+        frame = frame[~frame.metric.str.contains("seconds")]
+        return frame.sort_values([c for c in frame.columns if c != "value"]).reset_index(drop=True)
+
+    def run(name, kill_after=None):
+        config = load_config(values(name))
+        domain_of = {graph.client_id: graph.domain for graph in data.clients}
+        collect = fedia_common.save_confusions(tmp_path / name, data.domains, domain_of)
+
+        def on_round(result, round_rows):
+            collect(result, round_rows)
+            if result.round == kill_after:
+                raise Killed
+        return fedia_common.complete_run(config, data, on_round=on_round)
+
+    data = build_federated_data(load_config(values("whole")))
+    original, fedia_common.CHECKPOINT_EVERY = fedia_common.CHECKPOINT_EVERY, 2
+    try:
+        whole = run("whole")
+        with pytest.raises(Killed):
+            run("killed", kill_after=3)                           # dies in round 3, after a checkpoint
+        assert (tmp_path / "killed" / CHECKPOINT_FILE).is_file()
+        resumed = run("killed")
+    finally:
+        fedia_common.CHECKPOINT_EVERY = original
+    assert "killed: continuing" in capsys.readouterr().out
+    pd.testing.assert_frame_equal(rows(resumed.run_dir), rows(whole.run_dir))
+    saved = [np.load(folder / "test_confusions.npz") for folder in (whole.run_dir, resumed.run_dir)]
+    assert saved[1]["rounds"].tolist() == list(range(5))
+    assert np.array_equal(saved[0]["confusions"], saved[1]["confusions"])
