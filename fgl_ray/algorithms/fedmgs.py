@@ -197,8 +197,10 @@ class FedMGS(Algorithm):
         ctx.model.train()
         task, prototypes = ctx.task, self.prototypes(ctx)
         total = rec = proto = torch.zeros(())
+        steps = 0
         for _ in range(self.config.local_epochs):
             for batch in task.train_batches(ctx.data):
+                steps += 1
                 ctx.optimizer.zero_grad(set_to_none=True)
                 parts, labels = self.parts(ctx, batch)
                 loss = task.loss(task.classify(ctx.model, parts["readout"], batch), batch)
@@ -209,7 +211,7 @@ class FedMGS(Algorithm):
                 total.backward()
                 ctx.optimizer.step()
         return {"loss": float(total.detach()), "reconstruction_loss": float(rec.detach()),
-                "prototype_loss": float(proto.detach())}
+                "prototype_loss": float(proto.detach()), "steps": float(steps)}
 
     def reconstruction(self, ctx: ClientContext, batch, parts: dict[str, Tensor]) -> Tensor:
         """``L_rec`` on ``batch``, with ``reconstruction_context: masked`` from one more forward pass per

@@ -49,6 +49,25 @@ class GraphModel(nn.Module):
         return self.classify(self.encode(x, edge_index), edge_index)
 
 
+class GCNNormalisation:
+    """``D^-1/2 (A + I) D^-1/2`` of an ``edge_index`` as (edges, weights) for ``GCNConv(normalize=
+    False)``, cached for that tensor: another tensor (a sampled batch, an augmented view, another
+    client's graph) is normalised anew. The cached tensor is held, so that its identity cannot pass
+    to another graph (PyG's ``cached=True`` keeps the first graph's normalisation for every later
+    one)."""
+
+    def __init__(self) -> None:
+        self._graph: tuple[Tensor, Tensor, Tensor] | None = None
+
+    def __call__(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        if self._graph is None or self._graph[0] is not edge_index:
+            from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+            index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
+            self._graph = (edge_index, index, weight)
+        return self._graph[1], self._graph[2]
+
+
 COMMON_ARGUMENTS = ("self", "in_dim", "num_classes", "hidden", "num_layers", "dropout")
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GCNConv
-from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-from fgl_ray.models.base import MODELS, ConvStack, layer_dims
+from fgl_ray.models.base import MODELS, ConvStack, GCNNormalisation, layer_dims
 
 
 @MODELS.register("gcn")
@@ -25,15 +24,7 @@ class GCN(ConvStack):
         self.representation_dim = dims[-1][0]
         self.convs = nn.ModuleList(GCNConv(a, b, normalize=False) for a, b in dims)
         self.dropout = dropout
-        self._graph: tuple[Tensor, Tensor, Tensor] | None = None
-
-    def normalised(self, edge_index: Tensor, num_nodes: int, dtype) -> tuple[Tensor, Tensor]:
-        """``D^-1/2 (A + I) D^-1/2`` of ``edge_index`` as (edges, weights), cached for that tensor (held,
-        so that its identity cannot pass to another graph)."""
-        if self._graph is None or self._graph[0] is not edge_index:
-            index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
-            self._graph = (edge_index, index, weight)
-        return self._graph[1], self._graph[2]
+        self.normalised = GCNNormalisation()
 
     def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
         index, weight = self.normalised(edge_index, x.shape[0], x.dtype)

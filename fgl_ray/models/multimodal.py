@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import GCNConv
 
 from fgl_ray.data.multimodal import unpack
-from fgl_ray.models.base import MODELS, GraphModel
+from fgl_ray.models.base import MODELS, GCNNormalisation, GraphModel
 
 MULTIMODAL_TASKS = ("node-classification", "link-prediction", "modality-matching", "modality-retrieval")
 
@@ -86,7 +86,8 @@ class MultimodalGNN(GraphModel):
         d = hidden
         self.modality_dims = (visual, text)
         self.encoders = nn.ModuleList([mlp(visual, d, d), mlp(text, d, d)])
-        self.convs = nn.ModuleList(GCNConv(d, d, cached=True) for _ in range(num_layers))
+        self.convs = nn.ModuleList(GCNConv(d, d, normalize=False) for _ in range(num_layers))
+        self.normalised = GCNNormalisation()
         self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(num_layers))
         self.synthesizers = nn.ModuleList([mlp(4 * d, d, d), mlp(4 * d, d, d)])
         self.confidence = nn.ModuleList([mlp(2 * d, d, 1), mlp(2 * d, d, 1)])
@@ -110,8 +111,9 @@ class MultimodalGNN(GraphModel):
     def propagate(self, s: Tensor, edge_index: Tensor) -> Tensor:
         """``h^g``: the GCN stack with LayerNorm over ``s`` (Eq. 2)."""
         h = s
+        index_weight = self.normalised(edge_index, s.shape[0], s.dtype)
         for index, (conv, norm) in enumerate(zip(self.convs, self.norms)):
-            h = norm(conv(h, edge_index))
+            h = norm(conv(h, *index_weight))
             if index < len(self.convs) - 1:
                 h = F.dropout(F.relu(h), self.dropout, self.training)
         return h

@@ -64,7 +64,9 @@ class PMLPGCN(GraphModel):
 
     def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
         for index, norm in enumerate(self.norms):
-            x = F.dropout(F.relu(norm(self._layer(index, x, edge_index))), self.dropout, self.training)
+            h = self._layer(index, x, edge_index)
+            h = norm(h) if h.shape[0] > 1 else torch.zeros_like(h)   # one row (a lone sampled seed): x - mean(x)
+            x = F.dropout(F.relu(h), self.dropout, self.training)
         return x
 
     def classify(self, h: Tensor, edge_index: Tensor) -> Tensor:
