@@ -12,11 +12,11 @@ Adam (lr 1e-3; the paper gives none), the ``mm_gnn`` backbone for every method; 
 missingness for node classification and retrieval, node-level for link prediction and matching
 (Table 1), at rates 0.3 / 0.5 / 0.7. Methods: FedMGS; FedAvg on the same backbone with zero-filled
 missing inputs, with mean-filled ones (the client's own mean) and with the federation's mean
-(``fedavg_fill``: the only mean under client-level missingness); FedProto on it; and FedAvg zero-filled with
+(``fedavg_fill``: the only mean under client-level missingness); FedProto on it; FedAvg zero-filled with
 ``readout_context: graph`` (the GCN output also reaches its readout: the strongest baseline here,
-see RESULTS.md). Metrics: accuracy, link-prediction AUC,
-matching AUC, retrieval Recall@5 (pooled over clients, test split, averaged over the last 20
-rounds of a run), mean ± std over seeds (data seed 0, training seeds 0..N-1). Every finished run's
+see RESULTS.md); and FedGTA on the same backbone (the paper's FedGTA-MM; node classification
+only). Metrics: accuracy, link-prediction AUC, matching AUC, retrieval Recall@5 (pooled over
+clients, test split, averaged over the last 20 rounds of a run), mean ± std over seeds (data seed 0, training seeds 0..N-1). Every finished run's
 means go to ``benchmarks/ledger/fedmgs.jsonl``, which ``--reuse`` and ``--finished-only`` read
 when the run's folder is not there (a fresh checkout). The generator's
 settings are its defaults, fixed before any FedMGS run (``fgl_ray/data/multimodal.py``).
@@ -67,6 +67,7 @@ METHODS = {
     "FedProto": ("fedproto", {}, {}),
     "FedAvg (zero-filled, graph readout)": ("fedavg", {}, {"readout_context": "graph"}),
     "FedMGS (graph readout)": ("fedmgs", {}, {"readout_context": "graph"}),
+    "FedGTA-MM": ("fedgta", {}, {}),          # node classification only (— in the other tasks' tables)
 }
 ABLATIONS = {
     "FedMGS": {},
@@ -94,7 +95,10 @@ LEDGER = Path(__file__).with_name("ledger") / "fedmgs.jsonl"
 
 def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, options: dict, model_options: dict,
         seed: int, args, data_cache: dict) -> dict[str, float] | None:
-    """One federation's pooled test metrics, last-20 means (None: not run, ``--finished-only``)."""
+    """One federation's pooled test metrics, last-20 means (None: not run, ``--finished-only``, or a
+    method that does not serve ``task``)."""
+    if task not in ALGORITHMS.get(algorithm).tasks:
+        return None
     model_options = ({"readout_context": args.readout_context} if args.readout_context else {}) | model_options
     if model_options.get("fill") == "mean" and TASK_MISSING[task] == "client":
         # a client has all or none of a modality's rows, so its own mean fills nothing: the zero-filled run
