@@ -13,7 +13,7 @@ from typing import Any, Literal, Sequence
 import yaml
 
 from fgl_ray.config import ConfigError, ExperimentConfig, check_fields, load_config, yaml_problem
-from fgl_ray.errors import DatasetUnavailable, PartitionError, folder_name
+from fgl_ray.errors import DatasetUnavailable, PartitionError, folder_name, unreachable
 
 #: What ``fgl-ray run`` compares when no algorithm is named.
 DEFAULT_COMPARISON = ("fedavg", "local")
@@ -101,6 +101,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         values = _resume_values(args, values)
     check_fields(values, args.config)   # a bad value is answered before torch and PyG load
+    if args.address and values.get("backend", "ray") != "ray":
+        raise ConfigError(f"--address {args.address} names a Ray cluster, but --backend local runs in this process; "
+                          "drop --address or use --backend ray")
     if args.compare:
         _check_compare(args.compare)
     algorithms = args.compare or ((values["algorithm"],) if "algorithm" in values else DEFAULT_COMPARISON)
@@ -116,6 +119,9 @@ def _run(args: argparse.Namespace) -> int:
     check_files(configs[0])
     for config in configs:
         check_fits(config, range(expected_clients(config)))
+    if args.address and configs[0].backend == "ray" and (problem := unreachable(args.address)):
+        raise ConfigError(f"--address {args.address}: {problem}; start the cluster (ray start --head), check the "
+                          "address, or leave --address out for a local Ray")
     _STAGE.now = "starting Ray" + (f" (--address {args.address})" if args.address else "")
     simulator = _simulator(args, configs[0])   # every input is valid: Ray may start now
     try:
@@ -139,7 +145,7 @@ def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulato
     from fgl_ray.data import build_federated_data, expected_clients
     from fgl_ray.results import comparison_table, pooled_table
     from fgl_ray.runtime import run_experiment
-    from fgl_ray.runtime.federation import check_fits
+    from fgl_ray.runtime.federation import check_fits, check_memory
     from fgl_ray.runtime.timing import StartupClock
     from fgl_ray.tasks import build_task
 
@@ -151,6 +157,7 @@ def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulato
     data = build_federated_data(configs[0])
     for config in configs:
         check_fits(config, [graph.client_id for graph in data.clients])
+        check_memory(config, data)
     print(f"{configs[0].dataset}: {len(data.clients)} clients over domains {', '.join(data.domains)}; "
           f"{data.num_features} features, {data.num_classes} classes", flush=True)
     results, startups = {}, {}
@@ -240,6 +247,7 @@ RESUME_FIELDS = ("backend", "torch_threads", "clients_per_actor", "gpus_per_clie
 def _resume_values(args: argparse.Namespace, typed: dict[str, Any]) -> dict[str, Any]:
     """The config recorded in the run folder ``args.resume``, with the runtime flags typed now."""
     import json
+    import zipfile
 
     from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE
 
@@ -255,7 +263,16 @@ def _resume_values(args: argparse.Namespace, typed: dict[str, Any]) -> dict[str,
     if changed:
         raise ConfigError(f"--resume continues a run as it was configured: drop {', '.join(map(_flag, changed))} "
                           f"(only {', '.join(map(_flag, RESUME_FIELDS))} may change)")
-    recorded = json.loads((folder / "manifest.json").read_text())["config"]
+    try:
+        recorded = json.loads((folder / "manifest.json").read_text())["config"]
+        if not isinstance(recorded, dict):
+            raise TypeError("its config is not a mapping")
+    except (ValueError, TypeError, KeyError) as problem:
+        raise ConfigError(f"--resume {args.resume}: manifest.json is damaged or not fgl-ray's ({_unexpected(problem)}); "
+                          "the run cannot be resumed as it was configured") from None
+    if not zipfile.is_zipfile(folder / CHECKPOINT_FILE):      # torch.save writes a zip; truncation breaks it
+        raise ConfigError(f"--resume {args.resume}: {CHECKPOINT_FILE} is damaged (truncated, or not a checkpoint); "
+                          "the run cannot continue from it")
     return recorded | typed | {"output_dir": str(folder.parent), "run_name": folder.name, "overwrite": False}
 
 
@@ -272,7 +289,10 @@ def _datasets(args: argparse.Namespace) -> int:
     from fgl_ray.data.datasets import DATASETS, available_offline
 
     root = load_config({"data_dir": args.data_dir} if args.data_dir else {}).resolved_data_dir()
-    print(f"dataset root: {root}")
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"dataset root {str(root)!r} is not a folder; pass the folder that holds the datasets "
+                          "(--data-dir or FGL_DATA_DIR)")
+    print(f"dataset root: {root}" + ("" if root.exists() else " (does not exist yet: every dataset will be downloaded)"))
     print(f"{'name':<18} {'tasks':<22} {'offline':<8} domains")
     for name in DATASETS.names():
         spec = DATASETS.get(name)
@@ -354,6 +374,11 @@ def _tune(args: argparse.Namespace) -> int:
     if args.dry_run:
         for point in grid.points:
             print(f"  {point.id:<12} {point.label}")
+        from fgl_ray.tune.report import is_grid_folder
+
+        if is_grid_folder(grid.output_dir) and not args.resume:
+            print(f"note: {grid.output_dir} already holds a grid run: running this needs --resume (to continue it) or "
+                  "another --output")
         return 0
     from fgl_ray.tune.report import format_trials
     from fgl_ray.tune.runner import run_grid
@@ -386,6 +411,9 @@ def _report(args: argparse.Namespace) -> int:
 
     folder = args.folder
     _STAGE.now = f"redrawing {folder}"
+    if not folder.is_dir():
+        what = "does not exist" if not folder.exists() else "is not a folder"
+        raise ConfigError(f"{folder} {what}; give a grid folder (holding grid.json) or a run folder (metrics.parquet)")
     try:
         if is_grid_folder(folder):
             heatmaps, notes, table = redraw_grid(folder)
@@ -403,6 +431,9 @@ def _report(args: argparse.Namespace) -> int:
         return 0
     except FileNotFoundError as error:
         print(f"fgl-ray: {folder} is neither a grid folder nor a run folder: {error}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, KeyError) as error:   # JSON, Parquet (ArrowInvalid) or a foreign layout
+        print(f"fgl-ray: a file in {folder} is damaged or not fgl-ray's: {_unexpected(error)}", file=sys.stderr)
         return 2
 
 

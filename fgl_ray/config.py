@@ -285,6 +285,11 @@ class ExperimentConfig(BaseModel):
     @field_validator("output_dir", mode="before")
     @classmethod
     def _output_folder(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("output_dir is empty; give a folder (default: results)")
+        if isinstance(value, (str, Path)) and any(ord(char) < 32 or ord(char) == 127 for char in str(value)):
+            raise ValueError(f"output_dir {str(value)!r} holds a control character (a newline, a tab); give a "
+                             "plain folder path")
         return output_folder(value) if isinstance(value, (str, Path)) else value
 
     @field_validator("output_dir")

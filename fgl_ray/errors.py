@@ -94,3 +94,18 @@ def file_problem(path: Path) -> str | None:
     if path.exists():
         return "is not a regular file (a device, pipe or socket); give the YAML file itself"
     return "does not exist"
+
+
+def unreachable(address: str, timeout_s: float = 2.0) -> str | None:
+    """Why nothing answers at a ``host:port`` Ray address (a TCP connect within ``timeout_s``), or
+    None; other forms (``auto``, ``ray://``, ``local``) are left to Ray."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if "://" in address or not sep or not port.isdigit() or not host:
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return None
+    except OSError as error:
+        return f"no Ray cluster answers there ({error.strerror or error})"

@@ -147,12 +147,12 @@ def test_an_unexpected_error_in_a_grid_or_report_is_one_line(tmp_path, monkeypat
     import fgl_ray.tune.report
 
     def broken(folder):
-        raise ValueError("parquet footer")
+        raise RuntimeError("disk gone")
 
     monkeypatch.setattr(fgl_ray.tune.report, "is_grid_folder", broken)
     assert cli.main(["report", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"fgl-ray: ValueError: parquet footer while redrawing {tmp_path}")
+    assert err.startswith(f"fgl-ray: RuntimeError: disk gone while redrawing {tmp_path}")
     assert len(err.splitlines()) == 1
 
 
@@ -162,3 +162,55 @@ def test_a_run_without_a_test_figure_exits_non_zero(tmp_path):
     assert not cli._scored({"all": {"accuracy": {"mean": float("nan"), "std": 0.0}}}, "accuracy")
     assert not cli._scored({"all": {"accuracy": {"mean": None, "std": None}}}, "accuracy")
     assert not cli._scored({"all": {}}, "accuracy")
+
+
+@pytest.mark.parametrize(("manifest", "checkpoint", "says"), [
+    ("{not json", b"", "manifest.json is damaged or not fgl-ray's (JSONDecodeError"),
+    ("[1, 2]", b"", "manifest.json is damaged or not fgl-ray's (TypeError"),
+    ('{"config": {"rounds": 2}}', b"PK\x03\x04 cut short", "checkpoint.pt is damaged (truncated, or not a checkpoint)"),
+])
+def test_a_damaged_run_folder_is_refused_on_resume_before_anything_runs(tmp_path, monkeypatch, capsys, manifest,
+                                                                         checkpoint, says):
+    from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE
+
+    monkeypatch.setattr(cli, "_simulator", lambda *args: pytest.fail("Ray must not start on bad input"))
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(manifest)
+    (folder / CHECKPOINT_FILE).write_bytes(checkpoint)
+    assert cli.main(["run", "--resume", str(folder)]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_report_names_a_damaged_file_of_a_run_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli.main(TINY_RUN + ["--output-dir", str(tmp_path), "--run-name", "run"]) == 0
+    (run / "summary.json").write_text("{not json")
+    capsys.readouterr()
+    assert cli.main(["report", str(run)]) == 2
+    assert "a file in" in capsys.readouterr().err
+    (run / "summary.json").unlink()
+    part = next((run / "metrics.parquet").iterdir())
+    part.write_bytes(b"not parquet")
+    assert cli.main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "is damaged or not fgl-ray's" in err and part.name in err
+
+
+def test_a_model_too_big_for_the_machine_is_refused_after_the_data_and_before_training(tmp_path, monkeypatch):
+    from fgl_ray.config import ConfigError, load_config
+    from fgl_ray.data import build_federated_data, synthetic
+    from fgl_ray.runtime.federation import check_memory
+
+    config = load_config({"synthetic": {"nodes_per_domain": 60, "num_features": 8}, "hidden": 8, "backend": "local",
+                          "output_dir": str(tmp_path)})
+    data = build_federated_data(config)
+    check_memory(config, data)                                                  # a small model fits
+    parameters = 8 * 8 + 8 + 8 * 4 + 4                                          # GCN 8 -> 8 -> 4 classes
+    per_client = 4 * (3 * parameters + 4 * max(g.data.num_nodes for g in data.clients) * 8 * 2)   # SGD: 3 slots
+    monkeypatch.setattr(synthetic, "machine_memory", lambda: per_client * len(data.clients))
+    check_memory(config, data)                                                  # exactly the machine: fits
+    monkeypatch.setattr(synthetic, "machine_memory", lambda: per_client * len(data.clients) - 1)
+    with pytest.raises(ConfigError, match=f"has {parameters} parameters"):
+        check_memory(config, data)
+    check_memory(config.model_copy(update={"backend": "ray"}), data)            # one client per worker fits

@@ -112,12 +112,14 @@ def test_a_read_only_output_folder_is_refused(tmp_path):
 def test_a_resumed_folder_is_held_to_the_same_rule(tmp_path, monkeypatch, capsys):
     import json
 
+    import torch
+
     from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE
 
     monkeypatch.setattr(cli, "_simulator", lambda *args: pytest.fail("Ray must not start on bad input"))
     folder = tmp_path / "renamed by hand"
     folder.mkdir()
     (folder / "manifest.json").write_text(json.dumps({"config": {"rounds": 2}}))
-    (folder / CHECKPOINT_FILE).write_bytes(b"")
+    torch.save({}, folder / CHECKPOINT_FILE)
     assert cli.main(["run", "--resume", str(folder)]) == 2
     assert "run_name 'renamed by hand' is not one folder name" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from fgl_ray.config import ConfigError, ExperimentConfig
@@ -91,6 +92,40 @@ def check_fits(config: ExperimentConfig, client_ids: Iterable[int]) -> None:
     if config.min_clients > len(client_ids):
         raise ConfigError(f"min_clients {config.min_clients} exceeds the {len(client_ids)} clients of this "
                           "federation, so no round could aggregate; lower --min-clients")
+
+
+def check_memory(config: ExperimentConfig, data: FederatedGraphData) -> None:
+    """Refuses a model that cannot fit this machine's memory, before any client builds one.
+
+    The backbone is built on PyTorch's ``meta`` device (shapes, no storage) to count its
+    parameters; each client holds them with gradients and optimizer state (Adam: two slots, SGD:
+    one), and its activations take about ``4 x nodes x hidden x layers`` floats. The in-process
+    backend holds every client's model in one process; a Ray run holds them on its workers, here
+    compared per client (a cluster spreads them).
+
+    Raises:
+        ConfigError: naming the estimate, the machine's memory and the fix.
+    """
+    from fgl_ray.data.synthetic import machine_memory
+    from fgl_ray.runtime.client import build_config_model
+
+    config = configured_for(config, data)
+    try:
+        with torch.device("meta"):
+            model = build_config_model(config, data.num_features, data.num_classes)
+    except Exception:     # a backbone that cannot be built without storage is not estimated
+        return
+    parameters = sum(p.numel() for p in model.parameters())
+    slots = 4 if config.optimizer == "adam" else 3
+    largest = max((graph.data.num_nodes or 0) for graph in data.clients) if data.clients else 0
+    per_client = 4 * (slots * parameters + 4 * largest * config.hidden * config.num_layers)
+    needed = per_client * (len(data.clients) if config.backend == "local" else 1)
+    memory = machine_memory()
+    if needed > memory:
+        where = f"{len(data.clients)} clients in this process" if config.backend == "local" else "one client"
+        raise ConfigError(f"the {config.model} model has {parameters:,} parameters (hidden {config.hidden}); with its "
+                          f"gradients, optimizer state and activations {where} need about {needed / 2**30:.1f} GiB, "
+                          f"more than this machine's {memory / 2**30:.1f} GiB; lower --hidden or --num-layers")
 
 
 def configured_for(config: ExperimentConfig, data: FederatedGraphData) -> ExperimentConfig:

@@ -67,6 +67,11 @@ class GridError(ConfigError):
     """A grid file that cannot run; the message names the key, the point or the fix."""
 
 
+#: The most values one axis, and the most points a whole grid, may hold (each point is a federation).
+MAX_AXIS_VALUES = 1000
+MAX_POINTS = 10_000
+
+
 # ---------------------------------------------------------------------------------- file schema
 class RangeSpec(BaseModel):
     """``{start, stop, step}`` (stop included when on the step) or ``{start, stop, num}``."""
@@ -84,8 +89,8 @@ class RangeSpec(BaseModel):
         if self.stop < self.start:
             raise ValueError(f"a range needs stop >= start, got start {self.start} and stop {self.stop}")
         if self.num is not None:
-            if self.num < 1:
-                raise ValueError(f"num must be >= 1, got {self.num}")
+            if not 1 <= self.num <= MAX_AXIS_VALUES:
+                raise ValueError(f"num must be in 1..{MAX_AXIS_VALUES}, got {self.num}")
             if self.num == 1:
                 return [_tidy(self.start, 12)]
             width = (self.stop - self.start) / (self.num - 1)
@@ -93,6 +98,9 @@ class RangeSpec(BaseModel):
         if self.step <= 0:
             raise ValueError(f"step must be > 0, got {self.step}")
         count = math.floor((self.stop - self.start) / self.step + 1e-9) + 1
+        if count > MAX_AXIS_VALUES:
+            raise ValueError(f"the range gives {count:,} values; at most {MAX_AXIS_VALUES} per axis (each value is a "
+                             "federation per combination of the other axes); widen the step")
         digits = max(_decimals(self.start), _decimals(self.step))
         return [_tidy(self.start + i * self.step, digits) for i in range(count)]
 
@@ -308,6 +316,10 @@ def build_grid(document: Mapping[str, Any], name: str = "grid", root: Path | Non
                         "base: {dataset: twitch, aggregator: fedia, rounds: 50}")
     base = _base_values(spec, root)
     for key, value in (set_values or {}).items():
+        swept = [path for path in spec.axes if key == path or key.startswith(path + ".")]
+        if swept:
+            raise GridError(f"--set {key}: {swept[0]} is an axis of this grid, so its values come from axes; drop the "
+                            "--set, or move the axis into base")
         _set_path(base, key, value, "override")
     notes = []
     for managed in MANAGED_FIELDS:
@@ -359,6 +371,10 @@ def _axes(spec: GridFile, limit: int | None) -> tuple[Axis, ...]:
         if len(set(keys)) != len(keys):
             raise GridError(f"axis {path!r} repeats a value: {values}")
         axes.append(Axis(path, tuple(values[:limit] if limit else values)))
+    points = math.prod(len(axis.values) for axis in axes)
+    if points > MAX_POINTS:
+        raise GridError(f"the axes make {points:,} grid points; at most {MAX_POINTS:,} (each is a federation); "
+                        "sweep fewer values, or split the grid")
     return tuple(axes)
 
 

@@ -187,3 +187,25 @@ def test_max_graphs_is_in_the_data_key():
 
     base = load_config({"dataset": "tu-proteins"})
     assert data_key(base) != data_key(base.with_overrides(max_graphs=150))
+
+
+def test_a_range_or_grid_too_large_to_run_is_refused_before_it_is_expanded():
+    from fgl_ray.tune.grid import MAX_AXIS_VALUES, MAX_POINTS
+
+    with pytest.raises(GridError, match=rf"gives 1,000,000,00\d values; at most {MAX_AXIS_VALUES}"):
+        grid(axes={"aggregator_options.rho": {"start": 0, "stop": 1, "step": 1e-9}})
+    with pytest.raises(GridError, match="num must be in"):
+        grid(axes={"aggregator_options.rho": {"start": 0, "stop": 1, "num": MAX_AXIS_VALUES + 1}})
+    side = int(MAX_POINTS ** 0.5) + 1
+    with pytest.raises(GridError, match=f"make {side * side:,} grid points"):
+        grid(axes={"lr": {"start": 0.001, "stop": 0.001 * side, "num": side},
+                   "aggregator_options.rho": {"start": 0.0, "stop": 1.0, "num": side}})
+
+
+def test_set_cannot_fix_a_swept_path():
+    with pytest.raises(GridError, match="is an axis of this grid"):
+        build_grid({"base": BASE, "axes": {"aggregator_options.rho": [0.1, 0.3]}},
+                   set_values={"aggregator_options.rho": 0.9})
+    merged = build_grid({"base": BASE, "axes": {"aggregator_options.rho": [0.1, 0.3]}},
+                        set_values={"aggregator_options": {"beta": 0.2}})            # the mapping around it may change
+    assert {p.config.aggregator_options["beta"] for p in merged.points if not p.baseline} == {0.2}
