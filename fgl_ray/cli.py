@@ -24,11 +24,18 @@ def _flag(field: str) -> str:
 
 
 def _parse_value(text: str) -> Any:
-    """YAML scalars, lists and mappings: ``3``, ``0.5``, ``[10,1,1]``, ``{mu: 0.01}``."""
+    """YAML scalars, lists and mappings: ``3``, ``0.5``, ``[10,1,1]``, ``{mu: 0.01}``; a number YAML
+    1.1 leaves as text (``1e9``, ``1e-3``: no dot) is taken as the number it spells."""
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError as problem:
         raise argparse.ArgumentTypeError(f"{text!r} is not valid YAML: {yaml_problem(problem)}") from None
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
 
 
 def _is_text(annotation: Any) -> bool:

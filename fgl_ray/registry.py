@@ -39,7 +39,8 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             raise UnknownNameError(
-                f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self.names())}"
+                f"unknown {self.kind} {name!r}{did_you_mean(name, self.names())}; valid {self.kind}s: "
+                f"{', '.join(self.names())}"
             ) from None
 
     def names(self) -> list[str]:
@@ -50,3 +51,17 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+def did_you_mean(name: object, names: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``names``, a note on characters outside ASCII
+    (a Cyrillic 'с' reads like a Latin 'c'), or ``""``."""
+    import difflib
+
+    if not isinstance(name, str):
+        return ""
+    odd = sorted({char for char in name if not char.isascii()})
+    close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.6)
+    parts = ([f"did you mean {close[0]!r}?"] if close else []) + (
+        [f"the name holds the non-ASCII {', '.join(map(repr, odd))}"] if odd else [])
+    return f" ({' '.join(parts)})" if parts else ""

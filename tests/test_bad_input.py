@@ -80,3 +80,16 @@ def test_a_bad_value_is_answered_before_torch_or_pyg_load(argv, tmp_path):
                           timeout=60)
     assert done.returncode == 2, done.stderr
     assert "LOADED []" in done.stdout
+
+
+@pytest.mark.parametrize(("typed", "value"), [("1e9", 1e9), ("1e-3", 1e-3), ("3", 3), ("[1, 2]", [1, 2]),
+                                              ("node:0.5", "node:0.5"), ("louvain", "louvain")])
+def test_numbers_yaml_leaves_as_text_are_taken_as_numbers(typed, value):
+    assert cli._parse_value(typed) == value
+
+
+def test_an_integer_flag_takes_exponent_notation():
+    args = cli.build_parser().parse_args(["run", "--batch-size", "1e3"])
+    from fgl_ray.config import load_config
+
+    assert load_config(cli._config_values(args)).batch_size == 1000

@@ -123,3 +123,14 @@ def test_a_resumed_folder_is_held_to_the_same_rule(tmp_path, monkeypatch, capsys
     torch.save({}, folder / CHECKPOINT_FILE)
     assert cli.main(["run", "--resume", str(folder)]) == 2
     assert "run_name 'renamed by hand' is not one folder name" in capsys.readouterr().err
+
+
+def test_an_unknown_name_suggests_the_closest_and_points_out_look_alike_characters():
+    from fgl_ray.registry import did_you_mean
+
+    names = ["cora", "citeseer", "twitch"]
+    assert did_you_mean("coar", names) == " (did you mean 'cora'?)"
+    assert did_you_mean("\u0441ora", names) == " (did you mean 'cora'? the name holds the non-ASCII '\u0441')"
+    assert did_you_mean("zzzzzz", names) == ""
+    with pytest.raises(ConfigError, match="unknown algorithm 'fedavgg' \\(did you mean 'fedavg'\\?\\)"):
+        load_config({"algorithm": "fedavgg"})
