@@ -35,8 +35,8 @@ from fgl_ray.runtime.checkpoint import CHECKPOINT_FILE
 from fgl_ray.runtime.ray_backend import ray_session
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
-RUNTIME_FIELDS = {"backend", "torch_threads", "output_dir", "overwrite", "clients_per_actor", "gpus_per_client",
-                  "round_timeout_s", "data_dir", "checkpoint_every"}
+RUNTIME_FIELDS = {"backend", "torch_threads", "output_dir", "run_name", "overwrite", "clients_per_actor",
+                  "gpus_per_client", "round_timeout_s", "data_dir", "checkpoint_every"}
 BASES = {"fedavg": "FedAvg", "fedprox": "FedProx", "moon": "MOON", "feddyn": "FedDyn", "fedproto": "FedProto",
          "fgssl": "FGSSL", "fggp": "FGGP", "fedspa": "FedSPA", "fedavg@sage": "GraphSAGE FedAvg",
          "fedsage_plus": "FedSage"}
@@ -89,18 +89,19 @@ DATA_MODEL_OPTIONS = {"modality_dims"}  # model options a run takes from its dat
 CHECKPOINT_EVERY = 10
 
 
-def complete_run(config: ExperimentConfig, data, **options):
+def complete_run(config: ExperimentConfig, data, resumable: bool = True, **options):
     """``run_experiment`` without a progress bar; a run that stopped early (a signal, or too little
     coverage) ends the benchmark, so that a grid neither tabulates it nor goes on to the next cell.
 
-    The run saves a checkpoint every :data:`CHECKPOINT_EVERY` rounds (unless its config sets
-    another period), and a run folder holding a checkpoint of the same experiment is continued
-    from it: a long reproduction killed with its session goes on where it stopped, with the rows
-    an uninterrupted run would write."""
-    if config.checkpoint_every == 0:
+    A ``resumable`` run saves a checkpoint every :data:`CHECKPOINT_EVERY` rounds (unless its
+    config sets another period), and a run folder holding a checkpoint of the same experiment is
+    continued from it: a long reproduction killed with its session goes on where it stopped, with
+    the rows an uninterrupted run would write. Timing runs pass ``resumable=False`` (a checkpoint
+    write would count in their rounds)."""
+    if resumable and config.checkpoint_every == 0:
         config = config.model_copy(update={"checkpoint_every": CHECKPOINT_EVERY})
     folder = Path(config.output_dir) / str(config.run_name)
-    resume = (config.run_name is not None and (folder / CHECKPOINT_FILE).is_file()
+    resume = (resumable and config.run_name is not None and (folder / CHECKPOINT_FILE).is_file()
               and recorded_config(folder, config) is not None)
     if resume:
         print(f"{config.run_name}: continuing {folder} from its checkpoint", flush=True)

@@ -266,6 +266,8 @@ def cost_part(args) -> None:
              "|---|---|---|---|---|"]
     for task in args.tasks:
         for label, (algorithm, options, model_options) in METHODS.items():
+            if task not in ALGORITHMS.get(algorithm).tasks:
+                continue
             config = load_config({"dataset": "synthetic-mm", "task": task, "missing": f"{TASK_MISSING[task]}:0.5",
                                   "algorithm": algorithm, "algorithm_options": options, "model_options": model_options,
                                   "rounds": args.cost_rounds, "backend": "local", "torch_threads": 1,
@@ -276,7 +278,7 @@ def cost_part(args) -> None:
             update = backend.host.clients[0].train(backend.server.broadcast(0))
             statistics_bytes = sum(t.numel() * t.element_size() for t in update.stats.values())
             total = update.update.numel() * update.update.element_size() + statistics_bytes + 8   # + the sample count
-            result = complete_run(config, data)
+            result = complete_run(config, data, resumable=False)
             metrics = read_metrics(result.run_dir)
             seconds = metrics[(metrics.split == "round") & (metrics.metric == "seconds")].sort_values("round").value
             lines.append(f"| {label} | {task} | {statistics.median(seconds.iloc[1:]):.3f} | {total:,} | "

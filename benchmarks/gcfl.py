@@ -306,7 +306,7 @@ def speed(args) -> None:
         config = load_config(values)
         data = build_federated_data(config)
         with ray_session():
-            result = complete_run(config, data,
+            result = complete_run(config, data, resumable=False,
                                   on_round=lambda r, rows: ends.append(time.perf_counter()))
         total = time.perf_counter() - started
     per_round = [b - a for a, b in zip(ends, ends[1:])]

@@ -116,10 +116,11 @@ def placement(check: Check) -> None:
 def federation(check: Check, sim, label: str, values: dict, out: Path) -> None:
     """One run's seconds per round (rounds after round 0) and where its clients trained."""
     from fgl_ray.config import load_config
+    from fgl_ray.errors import as_folder_name
 
     started = time.perf_counter()
     try:
-        run = sim.run(load_config(values | {"output_dir": str(out), "run_name": label, "overwrite": True}),
+        run = sim.run(load_config(values | {"output_dir": str(out), "run_name": as_folder_name(label), "overwrite": True}),
                       progress=False)
     except Exception as error:           # recorded, and the check goes on
         check.results[label] = {"error": repr(error)}

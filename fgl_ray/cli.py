@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -30,12 +31,11 @@ def _parse_value(text: str) -> Any:
         value = yaml.safe_load(text)
     except yaml.YAMLError as problem:
         raise argparse.ArgumentTypeError(f"{text!r} is not valid YAML: {yaml_problem(problem)}") from None
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    return value
+    return float(value) if isinstance(value, str) and EXPONENT_NUMBER.fullmatch(value.strip()) else value
+
+
+#: A number in exponent notation without a dot (``1e9``), which YAML 1.1 reads as text.
+EXPONENT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def _is_text(annotation: Any) -> bool:
@@ -164,7 +164,8 @@ def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulato
     data = build_federated_data(configs[0])
     for config in configs:
         check_fits(config, [graph.client_id for graph in data.clients])
-        check_memory(config, data)
+        if not args.address:                # a cluster's workers are not this machine
+            check_memory(config, data)
     print(f"{configs[0].dataset}: {len(data.clients)} clients over domains {', '.join(data.domains)}; "
           f"{data.num_features} features, {data.num_classes} classes", flush=True)
     results, startups = {}, {}
@@ -198,7 +199,8 @@ def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulato
             work = summary["local_work"]
             print(f"{label}: local work {work['steps_per_client_round']:g} steps per client and round "
                   f"({work['steps_per_round']:g} per round, node batching {work['node_batching']})")
-    unscored = [label for label, summary in summaries.items() if not _scored(summary, metric)]
+    unscored = [label for label, summary in summaries.items()
+                if summary["coverage"]["complete"] and not _scored(summary, metric)]
     for label in unscored:
         print(f"fgl-ray: run {label} has no test {metric} (no client held a test node it could score); "
               f"give the test split a larger share (--split) or fewer, larger clients", file=sys.stderr)

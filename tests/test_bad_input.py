@@ -83,7 +83,8 @@ def test_a_bad_value_is_answered_before_torch_or_pyg_load(argv, tmp_path):
 
 
 @pytest.mark.parametrize(("typed", "value"), [("1e9", 1e9), ("1e-3", 1e-3), ("3", 3), ("[1, 2]", [1, 2]),
-                                              ("node:0.5", "node:0.5"), ("louvain", "louvain")])
+                                              ("node:0.5", "node:0.5"), ("louvain", "louvain"), ("inf", "inf"),
+                                              ("e5", "e5")])
 def test_numbers_yaml_leaves_as_text_are_taken_as_numbers(typed, value):
     assert cli._parse_value(typed) == value
 

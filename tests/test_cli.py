@@ -207,10 +207,15 @@ def test_a_model_too_big_for_the_machine_is_refused_after_the_data_and_before_tr
     data = build_federated_data(config)
     check_memory(config, data)                                                  # a small model fits
     parameters = 8 * 8 + 8 + 8 * 4 + 4                                          # GCN 8 -> 8 -> 4 classes
-    per_client = 4 * (3 * parameters + 4 * max(g.data.num_nodes for g in data.clients) * 8 * 2)   # SGD: 3 slots
-    monkeypatch.setattr(synthetic, "machine_memory", lambda: per_client * len(data.clients))
+    nodes = max(g.data.num_nodes for g in data.clients)
+    activations = 4 * 8 * 4 * nodes * 2                                         # 4 floats x nodes x hidden x layers
+    needed = 4 * 3 * parameters * len(data.clients) + activations              # SGD: 3 slots, every client's model
+    monkeypatch.setattr(synthetic, "machine_memory", lambda: needed)
     check_memory(config, data)                                                  # exactly the machine: fits
-    monkeypatch.setattr(synthetic, "machine_memory", lambda: per_client * len(data.clients) - 1)
-    with pytest.raises(ConfigError, match=f"has {parameters} parameters"):
+    monkeypatch.setattr(synthetic, "machine_memory", lambda: needed - 1)
+    with pytest.raises(ConfigError, match=f"has {parameters} parameters.*the 6 clients in this process need"):
         check_memory(config, data)
     check_memory(config.model_copy(update={"backend": "ray"}), data)            # one client per worker fits
+    sampled = config.model_copy(update={"node_batching": "neighbor", "eval_batching": "sampled", "batch_size": 1,
+                                        "num_neighbors": [1, 1]})
+    check_memory(sampled, data)                                                 # a batch reaches at most 4 nodes

@@ -134,3 +134,11 @@ def test_an_unknown_name_suggests_the_closest_and_points_out_look_alike_characte
     assert did_you_mean("zzzzzz", names) == ""
     with pytest.raises(ConfigError, match="unknown algorithm 'fedavgg' \\(did you mean 'fedavg'\\?\\)"):
         load_config({"algorithm": "fedavgg"})
+
+
+def test_report_reads_an_old_runs_task_whatever_its_folder_was_called():
+    from fgl_ray.tune.report import headline_metric
+
+    recorded = {"dataset": "synthetic-mm", "task": "link-prediction", "missing": "node:0.3", "model": "mm_gnn",
+                "run_name": "x-fill=mean-s0", "output_dir": "/proc/gone"}
+    assert headline_metric(recorded) == "auc"

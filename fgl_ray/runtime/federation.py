@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import time
 from collections import Counter
@@ -98,10 +99,11 @@ def check_memory(config: ExperimentConfig, data: FederatedGraphData) -> None:
     """Refuses a model that cannot fit this machine's memory, before any client builds one.
 
     The backbone is built on PyTorch's ``meta`` device (shapes, no storage) to count its
-    parameters; each client holds them with gradients and optimizer state (Adam: two slots, SGD:
-    one), and its activations take about ``4 x nodes x hidden x layers`` floats. The in-process
-    backend holds every client's model in one process; a Ray run holds them on its workers, here
-    compared per client (a cluster spreads them).
+    parameters; each client keeps them with gradients and optimizer state (Adam: two slots, SGD:
+    one). Training takes about ``4 x nodes x hidden x layers`` floats of activations and an
+    evaluation pass ``2 x nodes x hidden``, over the largest client or, with neighbour sampling,
+    over what one batch can reach. The in-process backend keeps every client's model and trains
+    one client at a time; a Ray run is compared per client (its workers, or a cluster, spread them).
 
     Raises:
         ConfigError: naming the estimate, the machine's memory and the fix.
@@ -117,15 +119,19 @@ def check_memory(config: ExperimentConfig, data: FederatedGraphData) -> None:
         return
     parameters = sum(p.numel() for p in model.parameters())
     slots = 4 if config.optimizer == "adam" else 3
-    largest = max((graph.data.num_nodes or 0) for graph in data.clients) if data.clients else 0
-    per_client = 4 * (slots * parameters + 4 * largest * config.hidden * config.num_layers)
-    needed = per_client * (len(data.clients) if config.backend == "local" else 1)
+    largest = max(((graph.data.num_nodes or 0) for graph in data.clients), default=0)
+    reach = config.batch_size * math.prod(largest if f < 0 else f + 1 for f in config.num_neighbors)
+    trained = largest if config.node_batching == "full" else min(largest, reach)
+    evaluated = largest if config.eval_batching == "full" else min(largest, reach)
+    activations = 4 * config.hidden * max(4 * trained * config.num_layers, 2 * evaluated)
+    models = len(data.clients) if config.backend == "local" else 1
+    needed = 4 * slots * parameters * models + activations
     memory = machine_memory()
     if needed > memory:
-        where = f"{len(data.clients)} clients in this process" if config.backend == "local" else "one client"
+        who = f"the {models} clients in this process need" if models > 1 else "one client needs"
         raise ConfigError(f"the {config.model} model has {parameters:,} parameters (hidden {config.hidden}); with its "
-                          f"gradients, optimizer state and activations {where} need about {needed / 2**30:.1f} GiB, "
-                          f"more than this machine's {memory / 2**30:.1f} GiB; lower --hidden or --num-layers")
+                          f"gradients, optimizer state and activations {who} about {needed / 2**30:.1f} GiB, more "
+                          f"than this machine's {memory / 2**30:.1f} GiB; lower --hidden or --num-layers")
 
 
 def configured_for(config: ExperimentConfig, data: FederatedGraphData) -> ExperimentConfig:

@@ -83,21 +83,23 @@ class RangeSpec(BaseModel):
     step: Optional[float] = None
     num: Optional[int] = None
 
-    def expand(self) -> list[float | int]:
+    def expand(self, limit: int | None = None) -> list[float | int]:
+        """The range's values, the first ``limit`` of them when given."""
         if (self.step is None) == (self.num is None):
             raise ValueError("a range needs exactly one of step or num")
         if self.stop < self.start:
             raise ValueError(f"a range needs stop >= start, got start {self.start} and stop {self.stop}")
         if self.num is not None:
-            if not 1 <= self.num <= MAX_AXIS_VALUES:
+            if not 1 <= min(self.num, limit or self.num) <= MAX_AXIS_VALUES:
                 raise ValueError(f"num must be in 1..{MAX_AXIS_VALUES}, got {self.num}")
             if self.num == 1:
                 return [_tidy(self.start, 12)]
             width = (self.stop - self.start) / (self.num - 1)
-            return [_tidy(self.start + i * width, 12) for i in range(self.num)]
+            return [_tidy(self.start + i * width, 12) for i in range(min(self.num, limit or self.num))]
         if self.step <= 0:
             raise ValueError(f"step must be > 0, got {self.step}")
         count = math.floor((self.stop - self.start) / self.step + 1e-9) + 1
+        count = min(count, limit) if limit else count
         if count > MAX_AXIS_VALUES:
             raise ValueError(f"the range gives {count:,} values; at most {MAX_AXIS_VALUES} per axis (each value is a "
                              "federation per combination of the other axes); widen the step")
@@ -364,7 +366,7 @@ def _axes(spec: GridFile, limit: int | None) -> tuple[Axis, ...]:
         _check_path(path, "axis")
         if path.split(".")[0] in MANAGED_FIELDS:
             raise GridError(f"axis {path!r}: {path} is set by the grid runner and cannot be swept")
-        values = _axis_values(path, raw)
+        values = _axis_values(path, raw, limit)
         if not values:
             raise GridError(f"axis {path!r} has no values")
         keys = [json.dumps(v, sort_keys=True, default=str) for v in values]
@@ -378,7 +380,7 @@ def _axes(spec: GridFile, limit: int | None) -> tuple[Axis, ...]:
     return tuple(axes)
 
 
-def _axis_values(path: str, raw: Any) -> list[Any]:
+def _axis_values(path: str, raw: Any, limit: int | None) -> list[Any]:
     if isinstance(raw, (list, tuple)):
         return list(raw)
     if not isinstance(raw, dict):
@@ -387,7 +389,7 @@ def _axis_values(path: str, raw: Any) -> list[Any]:
     kind = ValuesSpec if "values" in raw else RangeSpec
     try:
         spec = kind(**raw)
-        return list(spec.values) if isinstance(spec, ValuesSpec) else spec.expand()
+        return list(spec.values) if isinstance(spec, ValuesSpec) else spec.expand(limit)
     except ValidationError as error:
         fields = ", ".join(kind.model_fields)
         details = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'range'}: {e['msg']}" for e in error.errors())

@@ -70,7 +70,8 @@ def headline_metric(config: dict) -> str:
     from fgl_ray.config import ConfigError, load_config
     from fgl_ray.tasks import build_task
 
+    where = ("run_name", "output_dir", "data_dir")   # where it ran says nothing of its task (and may be gone)
     try:
-        return build_task(load_config(config)).headline
+        return build_task(load_config({k: v for k, v in config.items() if k not in where})).headline
     except (ConfigError, ValueError):
         return "accuracy"

@@ -109,3 +109,12 @@ def test_a_benchmark_run_killed_with_its_session_continues_from_its_checkpoint(t
     saved = [np.load(folder / "test_confusions.npz") for folder in (whole.run_dir, resumed.run_dir)]
     assert saved[1]["rounds"].tolist() == list(range(5))
     assert np.array_equal(saved[0]["confusions"], saved[1]["confusions"])
+
+
+def test_a_run_is_the_same_experiment_whatever_its_folder_is_called(tmp_path):
+    from fgl_ray.config import load_config
+
+    config = load_config({"output_dir": str(tmp_path), "run_name": "x-fill_mean-s0"})
+    recorded = fedia_common.as_json(dict(config)) | {"run_name": "x-fill=mean-s0", "output_dir": "/elsewhere"}
+    assert fedia_common.same_experiment(recorded, config)
+    assert not fedia_common.same_experiment(recorded | {"hidden": 7}, config)

@@ -209,3 +209,8 @@ def test_set_cannot_fix_a_swept_path():
     merged = build_grid({"base": BASE, "axes": {"aggregator_options.rho": [0.1, 0.3]}},
                         set_values={"aggregator_options": {"beta": 0.2}})            # the mapping around it may change
     assert {p.config.aggregator_options["beta"] for p in merged.points if not p.baseline} == {0.2}
+
+
+def test_limit_keeps_a_long_range_to_its_first_values():
+    g = build_grid({"base": BASE, "axes": {"aggregator_options.rho": {"start": 0.1, "stop": 1, "step": 1e-7}}}, limit=2)
+    assert [p.axes["aggregator_options.rho"] for p in g.points if not p.baseline] == [0.1, 0.1000001]
