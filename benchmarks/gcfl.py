@@ -10,7 +10,9 @@ last two, 150 graphs per dataset: a full BIOCHEM run takes about 30 minutes here
 dominating) it runs ``local`` (self-training),
 ``fedavg``, ``fedprox`` (mu = 0.01), ``gcfl`` and ``gcfl_plus`` with the graph-classification
 defaults (GCFL's setting: GIN, Adam lr 1e-3, batch 128, 1 local epoch, 200 rounds, local optimizer
-state kept as in GCFL's code) and the dataset's split criteria. Per method: the average over
+state kept as in GCFL's code) and the dataset's split criteria. A client with at most 128 training
+graphs takes one optimizer step per round, from the global weights, where FedProx's proximal
+gradient is zero: FedProx then equals FedAvg exactly (NCI1's 30 clients, for instance). Per method: the average over
 clients of the client's test accuracy at the final round and at the best-validation round (one
 round for every client, chosen by pooled validation accuracy; never each client's best cached
 model), the average gain over self-training of the same client, and how many clients it helps
