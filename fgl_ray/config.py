@@ -109,9 +109,11 @@ class ExperimentConfig(BaseModel):
                             "mini-batches of batch_size training nodes with num_neighbors sampled neighbours per layer")
     num_neighbors: list[int] = Field([10, 10], description="neighbours sampled per node at each layer, first hop "
                                                            "first (one entry per layer; -1 = all)")
-    eval_batching: Literal["full", "sampled"] = Field(
-        "full", description="node_batching neighbor: evaluate on the whole client graph in one no-grad pass (full, "
-                            "exact) or on sampled batches of the split's nodes (sampled, bounded memory)")
+    eval_batching: Literal["full", "sampled", "layerwise"] = Field(
+        "full", description="node classification: evaluate on the whole client graph in one no-grad pass (full, "
+                            "exact), on sampled batches of the split's nodes (sampled, bounded memory; needs "
+                            "node_batching neighbor), or one layer at a time over chunks of batch_size nodes with "
+                            "all their neighbours (layerwise: exact, bounded memory; GraphSAGE)")
     local_epochs: int = Field(5, description="local full-batch steps per round")
     optimizer: Literal["sgd", "adam"] = Field("sgd", description="local optimizer")
     lr: float = Field(0.05, description="local learning rate")
@@ -516,6 +518,8 @@ def _check_node_batching(config: ExperimentConfig) -> None:
     batches, and one fanout per layer."""
     from fgl_ray.algorithms import ALGORITHMS
 
+    if config.eval_batching == "layerwise":
+        _check_layerwise(config)
     if config.node_batching == "full":
         if config.eval_batching == "sampled":
             raise ValueError("eval_batching 'sampled' evaluates on neighbour-sampled batches, which need "
@@ -533,6 +537,25 @@ def _check_node_batching(config: ExperimentConfig) -> None:
         raise ValueError(f"num_neighbors {config.num_neighbors} has {len(config.num_neighbors)} entries but the model "
                          f"has num_layers {config.num_layers}; give one fanout per layer, e.g. "
                          f"{[10] * config.num_layers} (-1 keeps every neighbour)")
+
+
+def _check_layerwise(config: ExperimentConfig) -> None:
+    """Layer-wise evaluation runs a node model's convolutions on chunks of target nodes."""
+    from fgl_ray.algorithms import ALGORITHMS
+    from fgl_ray.models import MODELS
+
+    fix = "use eval_batching 'full' (or 'sampled' with node_batching 'neighbor')"
+    if config.resolved_task() != "node-classification":
+        raise ValueError(f"eval_batching 'layerwise' evaluates node classification; {fix}")
+    if not MODELS.get(config.model).trims_hops:
+        layered = ", ".join(name for name in MODELS.names() if MODELS.get(name).trims_hops)
+        raise ValueError(f"eval_batching 'layerwise' computes each layer for a chunk of nodes from all their "
+                         f"neighbours (bipartite convolutions), which model {config.model!r} cannot; use --model "
+                         f"{layered}, or {fix}")
+    reason = ALGORITHMS.get(config.algorithm).whole_graph
+    if reason:
+        raise ValueError(f"algorithm {config.algorithm!r} {reason}, so it evaluates through its own graph, not layer "
+                         f"by layer; {fix}")
 
 
 def _check_device(config: ExperimentConfig) -> None:

@@ -32,7 +32,8 @@ class GraphModel(nn.Module):
     #: The width of what ``encode`` returns (set by each backbone).
     representation_dim: int
     #: ``encode``/``classify`` take ``hops`` (a neighbour-sampled batch's nodes and edges per hop) and
-    #: compute each layer only where a later layer reads it (PyG's ``trim_to_layer``).
+    #: compute each layer only where a later layer reads it (PyG's ``trim_to_layer``), and ``chunks``
+    #: (:class:`LayerChunks`) to compute each layer a chunk of nodes at a time (layer-wise inference).
     trims_hops: ClassVar[bool] = False
 
     def shares(self, name: str) -> bool:
@@ -89,6 +90,29 @@ Hops = tuple[Sequence[int], Sequence[int]]
 """A neighbour-sampled batch's node and edge counts per hop (seeds first)."""
 
 
+class LayerChunks:
+    """A graph's in-edges grouped by target node (CSC), served in chunks of ``chunk`` consecutive
+    targets: what layer-wise inference needs to compute a layer for every node from all its
+    neighbours while holding one chunk's messages at a time."""
+
+    def __init__(self, edge_index: Tensor, num_nodes: int, chunk: int) -> None:
+        target = edge_index[1].cpu()
+        order = torch.argsort(target, stable=True)
+        self.ptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+        self.ptr[1:] = torch.bincount(target, minlength=num_nodes).cumsum(0)
+        self.sources = edge_index[0][order.to(edge_index.device)]
+        self.num_nodes, self.chunk = num_nodes, chunk
+
+    def __iter__(self):
+        """``(start, stop, edges)``: targets ``start..stop-1`` and their in-edges as (source id, target - start)."""
+        for start in range(0, self.num_nodes, self.chunk):
+            stop = min(start + self.chunk, self.num_nodes)
+            low, high = int(self.ptr[start]), int(self.ptr[stop])
+            degrees = self.ptr[start + 1:stop + 1] - self.ptr[start:stop]
+            targets = torch.repeat_interleave(torch.arange(stop - start), degrees)
+            yield start, stop, torch.stack([self.sources[low:high], targets.to(self.sources.device)])
+
+
 class ConvStack(GraphModel):
     """Message-passing layers ``conv -> ReLU -> dropout``, the last layer being the classifier.
 
@@ -102,16 +126,26 @@ class ConvStack(GraphModel):
     convs: nn.ModuleList
     dropout: float
 
-    def encode(self, x: Tensor, edge_index: Tensor, hops: Hops | None = None) -> Tensor:
+    def encode(self, x: Tensor, edge_index: Tensor, hops: Hops | None = None,
+               chunks: LayerChunks | None = None) -> Tensor:
         rows = x.shape[0]
         for layer, conv in enumerate(self.convs[:-1]):
-            x = F.dropout(F.relu(self._layer(layer, conv, x, edge_index, hops)), self.dropout, self.training)
+            x = F.dropout(F.relu(self._layer(layer, conv, x, edge_index, hops, chunks)), self.dropout, self.training)
         return _padded(x, rows)
 
-    def classify(self, h: Tensor, edge_index: Tensor, hops: Hops | None = None) -> Tensor:
-        return _padded(self._layer(len(self.convs) - 1, self.convs[-1], h, edge_index, hops), h.shape[0])
+    def classify(self, h: Tensor, edge_index: Tensor, hops: Hops | None = None,
+                 chunks: LayerChunks | None = None) -> Tensor:
+        return _padded(self._layer(len(self.convs) - 1, self.convs[-1], h, edge_index, hops, chunks), h.shape[0])
 
-    def _layer(self, layer: int, conv: nn.Module, x: Tensor, edge_index: Tensor, hops: Hops | None) -> Tensor:
+    def _layer(self, layer: int, conv: nn.Module, x: Tensor, edge_index: Tensor, hops: Hops | None,
+               chunks: LayerChunks | None = None) -> Tensor:
+        if chunks is not None:        # layer-wise: every node from all its in-edges, a chunk of targets at a time
+            out = None
+            for start, stop, edges in chunks:
+                part = conv((x, x[start:stop]), edges, size=(x.shape[0], stop - start))
+                out = part.new_empty(x.shape[0], part.shape[1]) if out is None else out
+                out[start:stop] = part
+            return out
         if hops is None:
             return conv(x, edge_index)
         nodes, edges = hops

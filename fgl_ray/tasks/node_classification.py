@@ -4,7 +4,7 @@ seed nodes (``node_batching: neighbor``); labels on the training nodes."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
 import torch
@@ -13,7 +13,7 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NodeLoader
 
 from fgl_ray.data.types import ClientGraph
-from fgl_ray.models.base import quiet_sparse_warnings
+from fgl_ray.models.base import LayerChunks, quiet_sparse_warnings
 from fgl_ray.tasks.base import EVAL_SPLITS, TASKS, FullGraphTask
 from fgl_ray.tasks.classification import ClassificationTask
 from fgl_ray.tasks.sampling import neighbor_loader, neighbor_sampler
@@ -40,13 +40,15 @@ def client_features(config: "ExperimentConfig", model: nn.Module, x: Tensor) -> 
 
 @dataclass
 class SampledGraph:
-    """A client graph and its neighbour-sampled loaders: every batch's first ``batch_size`` rows
-    are its seeds, and a training batch's ``train_mask`` marks exactly those."""
+    """A client graph with its training batches and, where evaluation is not one full pass, how it
+    is evaluated. Sampled batches' first ``batch_size`` rows are their seeds, and a training
+    batch's ``train_mask`` marks exactly those."""
 
     graph: Data
-    train: NodeLoader                  # the training nodes, reshuffled every epoch
-    ordered: NodeLoader                # the training nodes in a fixed order (representations)
-    splits: dict[str, NodeLoader]      # val/test seeds (``eval_batching: sampled``)
+    train: Iterable[Data]                         # the training batches, reshuffled every epoch
+    ordered: Iterable[Data]                       # the training batches in a fixed order (representations)
+    splits: dict[str, NodeLoader] = field(default_factory=dict)   # val/test seeds (``eval_batching: sampled``)
+    evaluated: Data | None = None                 # the graph with its layer chunks (``eval_batching: layerwise``)
 
 
 def seed_mask(batch: Data) -> Tensor:
@@ -65,9 +67,13 @@ class NodeClassification(ClassificationTask, FullGraphTask):
     def prepare(self, graph: ClientGraph, model: nn.Module, device) -> Data | SampledGraph:
         data = copy.copy(graph.data).to(device)  # shallow: never alter the caller's partition
         data.x = client_features(self.config, model, data.x)
-        if self.config.node_batching == "full":
-            return data
         config = self.config
+        evaluated = None
+        if config.eval_batching == "layerwise":
+            evaluated = copy.copy(data)
+            evaluated.layer_chunks = LayerChunks(data.edge_index, data.num_nodes, config.batch_size)
+        if config.node_batching == "full":
+            return data if evaluated is None else SampledGraph(data, (data,), (data,), evaluated=evaluated)
 
         def on_device(batch: Data) -> Data:         # the sampler's edges are built on the CPU
             return batch.to(device)
@@ -85,7 +91,7 @@ class NodeClassification(ClassificationTask, FullGraphTask):
         splits = ({split: loader(getattr(data, f"{split}_mask"), False, on_device) for split in EVAL_SPLITS}
                   if config.eval_batching == "sampled" else {})
         return SampledGraph(data, loader(data.train_mask, True, seeds_labelled),
-                            loader(data.train_mask, False, seeds_labelled), splits)
+                            loader(data.train_mask, False, seeds_labelled), splits, evaluated)
 
     def train_labels(self, data: Data | SampledGraph) -> Tensor:
         return super().train_labels(_graph(data))
@@ -99,7 +105,8 @@ class NodeClassification(ClassificationTask, FullGraphTask):
     def split_batches(self, data: Data | SampledGraph, split: str):
         if isinstance(data, SampledGraph) and data.splits:
             return ((batch, seed_mask(batch)) for batch in data.splits[split])
-        graph = _graph(data)
+        graph = data if not isinstance(data, SampledGraph) else (
+            data.graph if data.evaluated is None else data.evaluated)
         return ((graph, getattr(graph, f"{split}_mask")),)
 
     def encode(self, model: nn.Module, batch: Data) -> Tensor:
@@ -110,7 +117,10 @@ class NodeClassification(ClassificationTask, FullGraphTask):
 
 
 def _hops(model: nn.Module, batch: Data) -> dict:
-    """``hops=`` for a sampled batch and a model that trims its layers to them, else nothing."""
+    """``hops=`` for a sampled batch and a model that trims its layers to them, ``chunks=`` for a
+    graph evaluated layer-wise, else nothing."""
+    if "layer_chunks" in batch:
+        return {"chunks": batch.layer_chunks}
     if model.trims_hops and "num_sampled_nodes" in batch:
         return {"hops": (batch.num_sampled_nodes, batch.num_sampled_edges)}
     return {}

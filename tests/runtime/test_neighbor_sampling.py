@@ -252,3 +252,41 @@ def test_a_model_shown_a_second_graph_propagates_over_that_graph(model):
     fresh = copy.deepcopy(used)
     used.encode(x_first, first.edge_index)
     torch.testing.assert_close(used.encode(x_second, second.edge_index), fresh.encode(x_second, second.edge_index))
+
+
+LAYERWISE = {"model": "sage", "eval_batching": "layerwise", "batch_size": 7}
+
+
+def test_layer_chunks_hold_every_in_edge_once_grouped_by_target():
+    from fgl_ray.models.base import LayerChunks
+
+    graph = _graph(50, 300, seed=3)
+    seen = []
+    for start, stop, edges in LayerChunks(graph.edge_index, graph.num_nodes, chunk=8):
+        assert edges[1].min() >= 0 and edges[1].max() < stop - start
+        seen += list(zip(edges[0].tolist(), (edges[1] + start).tolist()))
+    assert sorted(seen) == sorted(zip(*graph.edge_index.tolist()))
+
+
+@pytest.mark.parametrize("training", [{}, SAMPLED])
+def test_layerwise_evaluation_gives_the_full_evaluation(tiny_config, tiny_data, training):
+    """Chunks of 7 target nodes, each from all its in-edges, layer by layer: the same rows as one
+    full pass (to float tolerance), with full-batch or sampled training."""
+    runs = [run_experiment(tiny_config(backend="local", run_name=name, **(LAYERWISE | training | changes)),
+                           tiny_data, progress=False)
+            for name, changes in (("full", {"eval_batching": "full"}), ("layerwise", {}))]
+    rows = [read_metrics(run.run_dir) for run in runs]
+    rows = [frame[~frame.metric.str.contains("seconds")].drop(columns="run_id")
+            .sort_values(["round", "client_id", "domain", "split", "metric"]).reset_index(drop=True) for frame in rows]
+    pd.testing.assert_frame_equal(rows[0], rows[1], atol=1e-5, rtol=0)
+    assert runs[1].summary["coverage"]["complete"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"model": "gcn"}, "which model 'gcn' cannot; use --model sage"),
+    ({"algorithm": "fedepd"}, "evaluates through its own graph, not layer by layer"),
+    ({"dataset": "synthetic-mm", "task": "link-prediction", "model": "sage"}, "evaluates node classification"),
+])
+def test_layerwise_evaluation_is_refused_where_it_cannot_be_exact(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config({"eval_batching": "layerwise", "model": "sage"} | changes)
