@@ -20,7 +20,7 @@ PROBE = """
 import json, sys, time, torch
 from fgl_ray.data.synthetic import SyntheticOptions, generate_domains
 from fgl_ray.models import build_model
-from fgl_ray.models.base import LayerChunks
+from fgl_ray.tasks.sampling import InEdgeChunks
 
 torch.set_num_threads(2)
 def kib(field):
@@ -30,7 +30,7 @@ graph = generate_domains(SyntheticOptions(num_domains=1, nodes_per_domain=nodes,
                                           mean_degree=(30, 30)), 0)[0].data
 torch.manual_seed(0)
 model = build_model("sage", 128, 4, hidden=128).eval()
-chunks = None if mode == "full" else LayerChunks(graph.edge_index, graph.num_nodes, int(mode))
+chunks = None if mode == "full" else InEdgeChunks(graph.edge_index, graph.num_nodes, int(mode))
 open("/proc/self/clear_refs", "w").write("5")
 before = kib("VmRSS:")
 started = time.perf_counter()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import warnings
-from typing import ClassVar, Sequence
+from typing import ClassVar, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +33,7 @@ class GraphModel(nn.Module):
     representation_dim: int
     #: ``encode``/``classify`` take ``hops`` (a neighbour-sampled batch's nodes and edges per hop) and
     #: compute each layer only where a later layer reads it (PyG's ``trim_to_layer``), and ``chunks``
-    #: (:class:`LayerChunks`) to compute each layer a chunk of nodes at a time (layer-wise inference).
+    #: (:data:`LayerChunks`) to compute each layer a chunk of nodes at a time (layer-wise inference).
     trims_hops: ClassVar[bool] = False
 
     def shares(self, name: str) -> bool:
@@ -90,27 +90,9 @@ Hops = tuple[Sequence[int], Sequence[int]]
 """A neighbour-sampled batch's node and edge counts per hop (seeds first)."""
 
 
-class LayerChunks:
-    """A graph's in-edges grouped by target node (CSC), served in chunks of ``chunk`` consecutive
-    targets: what layer-wise inference needs to compute a layer for every node from all its
-    neighbours while holding one chunk's messages at a time."""
-
-    def __init__(self, edge_index: Tensor, num_nodes: int, chunk: int) -> None:
-        target = edge_index[1].cpu()
-        order = torch.argsort(target, stable=True)
-        self.ptr = torch.zeros(num_nodes + 1, dtype=torch.long)
-        self.ptr[1:] = torch.bincount(target, minlength=num_nodes).cumsum(0)
-        self.sources = edge_index[0][order.to(edge_index.device)]
-        self.num_nodes, self.chunk = num_nodes, chunk
-
-    def __iter__(self):
-        """``(start, stop, edges)``: targets ``start..stop-1`` and their in-edges as (source id, target - start)."""
-        for start in range(0, self.num_nodes, self.chunk):
-            stop = min(start + self.chunk, self.num_nodes)
-            low, high = int(self.ptr[start]), int(self.ptr[stop])
-            degrees = self.ptr[start + 1:stop + 1] - self.ptr[start:stop]
-            targets = torch.repeat_interleave(torch.arange(stop - start), degrees)
-            yield start, stop, torch.stack([self.sources[low:high], targets.to(self.sources.device)])
+LayerChunks = Iterable[tuple[int, int, Tensor]]
+"""Layer-wise inference's chunks of a graph (see :class:`fgl_ray.tasks.sampling.InEdgeChunks`): each
+``(start, stop, edges)`` holds targets ``start..stop-1`` and their in-edges as (source id, target - start)."""
 
 
 class ConvStack(GraphModel):

@@ -13,10 +13,10 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NodeLoader
 
 from fgl_ray.data.types import ClientGraph
-from fgl_ray.models.base import LayerChunks, quiet_sparse_warnings
+from fgl_ray.models.base import quiet_sparse_warnings
 from fgl_ray.tasks.base import EVAL_SPLITS, TASKS, FullGraphTask
 from fgl_ray.tasks.classification import ClassificationTask
-from fgl_ray.tasks.sampling import neighbor_loader, neighbor_sampler
+from fgl_ray.tasks.sampling import InEdgeChunks, neighbor_loader, neighbor_sampler
 
 if TYPE_CHECKING:
     from fgl_ray.config import ExperimentConfig
@@ -71,7 +71,7 @@ class NodeClassification(ClassificationTask, FullGraphTask):
         evaluated = None
         if config.eval_batching == "layerwise":
             evaluated = copy.copy(data)
-            evaluated.layer_chunks = LayerChunks(data.edge_index, data.num_nodes, config.batch_size)
+            evaluated.layer_chunks = InEdgeChunks(data.edge_index, data.num_nodes, config.batch_size)
         if config.node_batching == "full":
             return data if evaluated is None else SampledGraph(data, (data,), (data,), evaluated=evaluated)
 

@@ -3,9 +3,10 @@
 PyG's ``NeighborLoader`` samples with ``pyg-lib`` or ``torch-sparse``, compiled packages this
 project does not require. :func:`neighbor_sampler` gives PyG's sampler when either is installed,
 else a :class:`TorchNeighborSampler`, the same uniform sampling without replacement written in
-plain torch; :func:`neighbor_loader` hands it to PyG's ``NodeLoader``. Both yield PyG ``Data`` batches whose first ``batch_size``
-rows are the seed nodes and whose edges point from sampled neighbours to the nodes that drew them.
-"""
+plain torch; :func:`neighbor_loader` hands it to PyG's ``NodeLoader``. Both yield PyG ``Data``
+batches whose first ``batch_size`` rows are the seed nodes and whose edges point from sampled
+neighbours to the nodes that drew them. :class:`InEdgeChunks` serves layer-wise inference, indexed
+by the same :func:`in_edges_by_target`."""
 
 from __future__ import annotations
 
@@ -21,18 +22,44 @@ from torch_geometric.sampler import BaseSampler, NeighborSampler, NodeSamplerInp
 ALL_NEIGHBORS = -1
 
 
+def in_edges_by_target(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
+    """The CSC index of a graph, on the CPU: ``(colptr, order)``, where ``order`` sorts the edges by
+    target (stably) and node ``v``'s in-edges are ``order[colptr[v]:colptr[v + 1]]``."""
+    target = edge_index[1].cpu()
+    colptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+    colptr[1:] = torch.cumsum(torch.bincount(target, minlength=num_nodes), 0)
+    return colptr, torch.sort(target, stable=True).indices
+
+
+class InEdgeChunks:
+    """A graph's in-edges grouped by target node, served in chunks of ``chunk`` consecutive
+    targets: what layer-wise inference needs to compute a layer for every node from all its
+    neighbours while holding one chunk's messages at a time."""
+
+    def __init__(self, edge_index: Tensor, num_nodes: int, chunk: int) -> None:
+        self.ptr, order = in_edges_by_target(edge_index, num_nodes)
+        self.sources = edge_index[0][order.to(edge_index.device)]
+        self.num_nodes, self.chunk = num_nodes, chunk
+
+    def __iter__(self):
+        """``(start, stop, edges)``: targets ``start..stop-1`` and their in-edges as (source id, target - start)."""
+        for start in range(0, self.num_nodes, self.chunk):
+            stop = min(start + self.chunk, self.num_nodes)
+            low, high = int(self.ptr[start]), int(self.ptr[stop])
+            degrees = self.ptr[start + 1:stop + 1] - self.ptr[start:stop]
+            targets = torch.repeat_interleave(torch.arange(stop - start), degrees)
+            yield start, stop, torch.stack([self.sources[low:high], targets.to(self.sources.device)])
+
+
 class TorchNeighborSampler(BaseSampler):
     """Uniform ``num_neighbors[hop]`` in-neighbours per node and hop, without replacement
     (``-1``: all), over a CSC index built once; a node's neighbours are drawn once, at the hop
     where it first enters the batch (PyG's ``NeighborSampler`` semantics, directed subgraph)."""
 
     def __init__(self, edge_index: Tensor, num_nodes: int, num_neighbors: Sequence[int]) -> None:
-        source, target = edge_index.cpu()
-        order = torch.sort(target, stable=True).indices
-        self.sources = source[order]
+        self.colptr, order = in_edges_by_target(edge_index, num_nodes)
+        self.sources = edge_index[0].cpu()[order]
         self.edge_ids = order
-        self.colptr = torch.zeros(num_nodes + 1, dtype=torch.long)
-        self.colptr[1:] = torch.cumsum(torch.bincount(target, minlength=num_nodes), 0)
         self.num_neighbors = list(num_neighbors)
         self._local = torch.full((num_nodes,), -1, dtype=torch.long)   # global -> batch id, reset after each batch
 

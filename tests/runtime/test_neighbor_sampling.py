@@ -258,11 +258,11 @@ LAYERWISE = {"model": "sage", "eval_batching": "layerwise", "batch_size": 7}
 
 
 def test_layer_chunks_hold_every_in_edge_once_grouped_by_target():
-    from fgl_ray.models.base import LayerChunks
+    from fgl_ray.tasks.sampling import InEdgeChunks
 
     graph = _graph(50, 300, seed=3)
     seen = []
-    for start, stop, edges in LayerChunks(graph.edge_index, graph.num_nodes, chunk=8):
+    for start, stop, edges in InEdgeChunks(graph.edge_index, graph.num_nodes, chunk=8):
         assert edges[1].min() >= 0 and edges[1].max() < stop - start
         seen += list(zip(edges[0].tolist(), (edges[1] + start).tolist()))
     assert sorted(seen) == sorted(zip(*graph.edge_index.tolist()))
