@@ -15,7 +15,7 @@ this machine). The clients keep every edge of their domain.
 Targets (issue 32, 2-core machine): within 20 GB summed memory; on Ray at least 1.5x faster
 per training round than in-process at 10 clients.
 
-    python benchmarks/large_graph.py [--clients 10 100] [--batching neighbor full] [--record]
+    python benchmarks/large_graph.py [--clients 10 100] [--batching neighbor full] [--aggregation csr] [--record]
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def values(clients: int, batching: str, backend: str, args) -> dict:
     graph = {"num_domains": clients, "nodes_per_domain": args.nodes // clients, "mean_degree": [MEAN_DEGREE] * 2,
              "num_features": args.features, "num_classes": 8}
     return {"dataset": "synthetic", "synthetic": graph, "partition": "domain", "clients_per_domain": 1,
-            "algorithm": "fedavg", "model": "sage", "hidden": args.hidden, "local_epochs": 1,
+            "algorithm": "fedavg", "model": "sage", "model_options": {"aggregation": args.aggregation},
+            "hidden": args.hidden, "local_epochs": 1,
             "rounds": args.rounds, "eval_every": args.rounds, "backend": backend, "node_batching": batching,
             "batch_size": args.batch_size, "num_neighbors": args.num_neighbors, "split": [0.1, 0.1, 0.8]}
 
@@ -74,6 +75,8 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--num-neighbors", type=int, nargs="+", default=[10, 10])
+    parser.add_argument("--aggregation", choices=("csr", "scatter"), default="csr",
+                        help="GraphSAGE's neighbour mean (see fgl_ray/models/sage.py)")
     parser.add_argument("--record", action="store_true", help="write the output to benchmarks/RESULTS.md")
     args = parser.parse_args()
     lines, results = [], {}
@@ -83,7 +86,8 @@ def main() -> None:
         lines.append(line)
 
     say(f"synthetic graph: {args.nodes:,} nodes, mean degree {MEAN_DEGREE} ({args.nodes * MEAN_DEGREE / 1e6:.1f}M directed "
-        f"edges), {args.features} features; FedAvg + GraphSAGE hidden {args.hidden}, 1 local epoch, "
+        f"edges), {args.features} features; FedAvg + GraphSAGE ({args.aggregation} mean) hidden {args.hidden}, "
+        f"1 local epoch, "
         f"{args.rounds} rounds (evaluated in the last); neighbour batches of {args.batch_size} seeds, fanouts "
         f"{args.num_neighbors}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import typing
 import warnings
 from typing import ClassVar, Iterable, Sequence
 
+import pydantic
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -69,6 +71,15 @@ class GCNNormalisation:
         return self._graph[1], self._graph[2]
 
 
+def in_edges_by_target(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
+    """The CSC index of a graph, on the CPU: ``(colptr, order)``, where ``order`` sorts the edges by
+    target (stably) and node ``v``'s in-edges are ``order[colptr[v]:colptr[v + 1]]``."""
+    target = edge_index[1].cpu()
+    colptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+    colptr[1:] = torch.cumsum(torch.bincount(target, minlength=num_nodes), 0)
+    return colptr, torch.sort(target, stable=True).indices
+
+
 COMMON_ARGUMENTS = ("self", "in_dim", "num_classes", "hidden", "num_layers", "dropout")
 
 
@@ -79,11 +90,22 @@ def model_options(name: str) -> list[str]:
 
 
 def check_model_options(name: str, options: dict) -> None:
-    """Raises ``ValueError`` naming the valid options when ``options`` has an unknown key."""
+    """Raises ``ValueError`` naming the valid options when ``options`` has an unknown key, and the
+    accepted values when one does not fit the type its backbone annotates."""
     unknown = sorted(set(options) - set(model_options(name)))
     if unknown:
         valid = ", ".join(model_options(name)) or "none"
         raise ValueError(f"model {name!r} has no option(s) {', '.join(unknown)}; valid options: {valid}")
+    hints = typing.get_type_hints(MODELS.get(name).__init__)
+    for key, value in options.items():
+        if key in hints:
+            try:
+                pydantic.TypeAdapter(hints[key]).validate_python(value)
+            except pydantic.ValidationError as error:
+                choices = typing.get_args(hints[key]) if typing.get_origin(hints[key]) is typing.Literal else ()
+                wanted = " or ".join(map(repr, choices)) if choices else error.errors()[0]["msg"].lower()
+                raise ValueError(f"model {name!r} option {key}: {'must be ' if choices else ''}{wanted}, "
+                                 f"got {value!r}") from None
 
 
 Hops = tuple[Sequence[int], Sequence[int]]
@@ -124,17 +146,22 @@ class ConvStack(GraphModel):
         if chunks is not None:        # layer-wise: every node from all its in-edges, a chunk of targets at a time
             out = None
             for start, stop, edges in chunks:
-                part = conv((x, x[start:stop]), edges, size=(x.shape[0], stop - start))
+                part = self._conv(conv, (x, x[start:stop]), edges, (x.shape[0], stop - start))
                 out = part.new_empty(x.shape[0], part.shape[1]) if out is None else out
                 out[start:stop] = part
             return out
         if hops is None:
-            return conv(x, edge_index)
+            return self._conv(conv, x, edge_index, (x.shape[0], x.shape[0]))
         nodes, edges = hops
         depth = len(self.convs) - layer               # hops this layer's inputs span
         sources, targets = sum(nodes[:depth + 1]), sum(nodes[:depth])
         x = x[:sources]
-        return conv((x, x[:targets]), edge_index[:, :sum(edges[:depth])], size=(sources, targets))
+        return self._conv(conv, (x, x[:targets]), edge_index[:, :sum(edges[:depth])], (sources, targets))
+
+    def _conv(self, conv: nn.Module, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor,
+              size: tuple[int, int]) -> Tensor:
+        """One conv from the ``size[0]`` source rows of ``x`` to its ``size[1]`` target rows."""
+        return conv(x, edge_index, size=size)
 
 
 def _padded(x: Tensor, rows: int) -> Tensor:

@@ -2,23 +2,65 @@
 
 from __future__ import annotations
 
-from torch import nn
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv
 
-from fgl_ray.models.base import MODELS, ConvStack, layer_dims
+from fgl_ray.models.base import MODELS, ConvStack, in_edges_by_target, layer_dims, quiet_sparse_warnings
+
+Aggregation = Literal["csr", "scatter"]
 
 
 @MODELS.register("sage")
 class GraphSAGE(ConvStack):
-    """SAGEConv(mean) -> ReLU -> dropout per hidden layer, then a SAGEConv classifier."""
+    """SAGEConv(mean) -> ReLU -> dropout per hidden layer, then a SAGEConv classifier.
+
+    ``aggregation`` picks how a layer takes its neighbours' mean: ``csr`` multiplies by the graph's
+    in-edge adjacency as a sparse CSR matrix (``torch.sparse.mm(..., reduce="mean")``, one row of
+    messages at a time; the whole graph's matrix is built once and cached), ``scatter`` is PyG's
+    default, one message per edge then a scatter. Their forward values are identical; the gradient
+    that flows back into a layer's input differs in the last float bits (about 1e-7), so
+    ``scatter`` reproduces SAGE runs recorded before ``csr`` became the default. ``csr`` takes
+    about a third of the time and none of the per-edge memory (one 200k-node, 6M-edge layer: 0.5 s
+    against 2.5 s forward, 1.7 s against 5.5 s forward and backward, measured on 2 cores).
+    """
 
     accepts_sparse_features = False  # SAGEConv gathers raw neighbour features first
     trims_hops = True                # a node's mean reads only its in-edges
 
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
-                 dropout: float = 0.5) -> None:
+                 dropout: float = 0.5, aggregation: Aggregation = "csr") -> None:
         super().__init__()
+        if aggregation not in get_args(Aggregation):
+            raise ValueError(f"sage aggregation must be 'csr' or 'scatter', got {aggregation!r}")
         dims = layer_dims(in_dim, num_classes, hidden, num_layers)
         self.representation_dim = dims[-1][0]
         self.convs = nn.ModuleList(SAGEConv(a, b, aggr="mean") for a, b in dims)
         self.dropout = dropout
+        self.aggregation = aggregation
+        self._adjacency: tuple[Tensor, Tensor] | None = None    # (edge_index, its CSR): the last graph seen
+
+    def _conv(self, conv: nn.Module, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor,
+              size: tuple[int, int]) -> Tensor:
+        if self.aggregation == "scatter":
+            return conv(x, edge_index, size=size)
+        dtype = x[0].dtype if isinstance(x, tuple) else x.dtype
+        return conv(x, self._csr(edge_index, size, dtype))
+
+    def _csr(self, edge_index: Tensor, size: tuple[int, int], dtype: torch.dtype) -> Tensor:
+        """The ``size[1] x size[0]`` in-edge adjacency of ``edge_index`` (row = target), cached for
+        that tensor (an identity cache, as :class:`~fgl_ray.models.base.GCNNormalisation`)."""
+        cached = self._adjacency
+        if cached is not None and cached[0] is edge_index and cached[1].shape == (size[1], size[0]) \
+                and cached[1].dtype == dtype:
+            return cached[1]
+        rows, order = in_edges_by_target(edge_index, size[1])
+        device = edge_index.device
+        with quiet_sparse_warnings():
+            adjacency = torch.sparse_csr_tensor(rows.to(device), edge_index[0][order.to(device)],
+                                                torch.ones(order.numel(), dtype=dtype, device=device),
+                                                (size[1], size[0]))
+        self._adjacency = (edge_index, adjacency)
+        return adjacency

@@ -19,16 +19,9 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NodeLoader
 from torch_geometric.sampler import BaseSampler, NeighborSampler, NodeSamplerInput, SamplerOutput
 
+from fgl_ray.models.base import in_edges_by_target
+
 ALL_NEIGHBORS = -1
-
-
-def in_edges_by_target(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
-    """The CSC index of a graph, on the CPU: ``(colptr, order)``, where ``order`` sorts the edges by
-    target (stably) and node ``v``'s in-edges are ``order[colptr[v]:colptr[v + 1]]``."""
-    target = edge_index[1].cpu()
-    colptr = torch.zeros(num_nodes + 1, dtype=torch.long)
-    colptr[1:] = torch.cumsum(torch.bincount(target, minlength=num_nodes), 0)
-    return colptr, torch.sort(target, stable=True).indices
 
 
 class InEdgeChunks:

@@ -109,3 +109,55 @@ def test_mm_gnn_gives_readout_and_modality_views_and_needs_its_widths():
         build_model("mm_gnn", 8, 3)
     with pytest.raises(ValueError, match="2 availability bits"):
         build_model("mm_gnn", 9, 3, modality_dims=(4, 2))
+
+
+def _multigraph(num_nodes=30, num_edges=160, seed=4):
+    """Random directed edges with repeats and nodes without in-edges."""
+    generator = torch.Generator().manual_seed(seed)
+    edges = torch.randint(0, num_nodes - 5, (2, num_edges), generator=generator)   # the last 5 nodes: no in-edges
+    edges[:, :20] = edges[:, 20:40]                                                 # repeated edges
+    return torch.randn(num_nodes, 6, generator=generator), edges
+
+
+def test_graphsage_csr_and_scatter_aggregation_agree_forward_and_backward():
+    """The sparse-matrix mean equals PyG's per-edge scatter: identical logits (whole graph, repeated
+    edges, nodes without in-edges), gradients to float tolerance."""
+    x, edge_index = _multigraph()
+    torch.manual_seed(0)
+    csr = build_model("sage", 6, 3, hidden=8, dropout=0.0)
+    scatter = build_model("sage", 6, 3, hidden=8, dropout=0.0, aggregation="scatter")
+    scatter.load_state_dict(csr.state_dict())
+    outputs = []
+    for model in (csr, scatter):
+        out = model(x, edge_index)
+        out.square().sum().backward()
+        outputs.append((out.detach(), [p.grad for p in model.parameters()]))
+    assert torch.equal(outputs[0][0], outputs[1][0])
+    for a, b in zip(outputs[0][1], outputs[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_graphsage_csr_follows_the_graph_it_is_shown_and_its_sampled_hops_and_chunks():
+    from fgl_ray.tasks.sampling import InEdgeChunks
+
+    x, edge_index = _multigraph()
+    other_x, other_edges = _multigraph(num_nodes=20, num_edges=90, seed=5)
+    torch.manual_seed(0)
+    csr = build_model("sage", 6, 3, hidden=8).eval()
+    scatter = build_model("sage", 6, 3, hidden=8, aggregation="scatter").eval()
+    scatter.load_state_dict(csr.state_dict())
+    with torch.no_grad():
+        assert torch.equal(csr(x, edge_index), scatter(x, edge_index))
+        assert torch.equal(csr(other_x, other_edges), scatter(other_x, other_edges))   # not the cached graph
+        chunks = InEdgeChunks(edge_index, x.shape[0], chunk=4)
+        chunked = csr.classify(csr.encode(x, edge_index, chunks=chunks), edge_index, chunks=chunks)
+        torch.testing.assert_close(chunked, scatter(x, edge_index), rtol=0, atol=1e-6)
+
+
+def test_model_option_values_are_checked_against_their_annotations():
+    with pytest.raises(ValueError, match="option aggregation: must be 'csr' or 'scatter', got 'dense'"):
+        build_model("sage", 6, 3, aggregation="dense")
+    with pytest.raises(ValueError, match="option share: must be 'convs' or 'all'"):
+        build_model("gin", 6, 3, share="some")
+    with pytest.raises(ValueError, match="option propagate_in_training: input should be a valid boolean"):
+        build_model("pmlp_gcn", 6, 3, propagate_in_training="maybe")
