@@ -260,6 +260,8 @@ def run_setting(preset: str, pairs: Mapping[str, tuple[float, float]], args) -> 
         fedia_row = FEDIA_ROWS.get(algorithm, f"{BASES[algorithm]} + FedIA")
         for label, aggregator, options in ((BASES[algorithm], "mean", {}),
                                            (f"{fedia_row} (ρ={rho}, β={beta})", "fedia", {"rho": rho, "beta": beta})):
+            if aggregator not in args.aggregators:
+                continue
             summaries = [run_one(preset, algorithm, aggregator, options, seed, data, args)
                          for seed in range(args.seeds)]
             rows.append((label, summaries))
@@ -349,6 +351,9 @@ def main(section: str, settings: Mapping[str, Mapping[str, tuple[float, float]]]
     parser.add_argument("--backend", choices=("ray", "local"), default="ray")
     parser.add_argument("--torch-threads", type=int, default=None)
     parser.add_argument("--reuse", action="store_true", help="reuse finished runs of the same name under --out")
+    parser.add_argument("--aggregators", nargs="+", choices=("mean", "fedia"), default=["mean", "fedia"],
+                        help="run only these rows (two processes can then share the pairs; the table pairs "
+                             "base and FedIA rows, so record it with both and --reuse)")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/fedia"))
     parser.add_argument("--results-file", type=Path, default=RESULTS, help="the Markdown file to write the section to")
     args = parser.parse_args()
