@@ -17,6 +17,10 @@ from fgl_ray.registry import Registry
 
 MODELS: Registry[type["GraphModel"]] = Registry("model")
 
+#: How a convolution sums its neighbours: ``csr``, a product with the graph's sparse CSR in-edge
+#: matrix (:func:`in_edge_matrix`); ``scatter``, PyG's default, one message per edge then a scatter.
+Aggregation = typing.Literal["csr", "scatter"]
+
 
 class GraphModel(nn.Module):
     """A model split into an encoder and a classifier head.
@@ -53,21 +57,23 @@ class GraphModel(nn.Module):
 
 
 class GCNNormalisation:
-    """``D^-1/2 (A + I) D^-1/2`` of an ``edge_index`` as (edges, weights) for ``GCNConv(normalize=
-    False)``, cached for that tensor: another tensor (a sampled batch, an augmented view, another
-    client's graph) is normalised anew. The cached tensor is held, so that its identity cannot pass
-    to another graph (PyG's ``cached=True`` keeps the first graph's normalisation for every later
-    one)."""
+    """``D^-1/2 (A + I) D^-1/2`` of an ``edge_index`` for ``GCNConv(normalize=False)``, as (edges,
+    weights), or with ``sparse`` as (its :func:`in_edge_matrix`, None), cached for that tensor:
+    another tensor (a sampled batch, an augmented view, another client's graph) is normalised anew.
+    The cached tensor is held, so that its identity cannot pass to another graph (PyG's
+    ``cached=True`` keeps the first graph's normalisation for every later one)."""
 
-    def __init__(self) -> None:
-        self._graph: tuple[Tensor, Tensor, Tensor] | None = None
+    def __init__(self, sparse: bool = False) -> None:
+        self.sparse = sparse
+        self._graph: tuple[Tensor, Tensor, Tensor | None] | None = None
 
-    def __call__(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    def __call__(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
         if self._graph is None or self._graph[0] is not edge_index:
             from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
             index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
-            self._graph = (edge_index, index, weight)
+            normalised = (in_edge_matrix(index, weight, (num_nodes, num_nodes)), None) if self.sparse else (index, weight)
+            self._graph = (edge_index, *normalised)
         return self._graph[1], self._graph[2]
 
 
@@ -78,6 +84,17 @@ def in_edges_by_target(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tens
     colptr = torch.zeros(num_nodes + 1, dtype=torch.long)
     colptr[1:] = torch.cumsum(torch.bincount(target, minlength=num_nodes), 0)
     return colptr, torch.sort(target, stable=True).indices
+
+
+def in_edge_matrix(edge_index: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
+    """The ``size[1] x size[0]`` sparse CSR matrix whose row ``v`` holds the ``values`` of ``v``'s
+    in-edges, in their order in ``edge_index`` (repeated edges kept apart): a product with it sums a
+    node's messages in the order PyG's scatter does, without one message per edge."""
+    rows, order = in_edges_by_target(edge_index, size[1])
+    order = order.to(edge_index.device)
+    with quiet_sparse_warnings():
+        return torch.sparse_csr_tensor(rows.to(edge_index.device), edge_index[0][order], values[order],
+                                       (size[1], size[0]))
 
 
 COMMON_ARGUMENTS = ("self", "in_dim", "num_classes", "hidden", "num_layers", "dropout")

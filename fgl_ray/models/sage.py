@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import get_args
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv
 
-from fgl_ray.models.base import MODELS, ConvStack, in_edges_by_target, layer_dims, quiet_sparse_warnings
-
-Aggregation = Literal["csr", "scatter"]
+from fgl_ray.models.base import MODELS, Aggregation, ConvStack, in_edge_matrix, layer_dims
 
 
 @MODELS.register("sage")
@@ -50,17 +48,12 @@ class GraphSAGE(ConvStack):
         return conv(x, self._csr(edge_index, size, dtype))
 
     def _csr(self, edge_index: Tensor, size: tuple[int, int], dtype: torch.dtype) -> Tensor:
-        """The ``size[1] x size[0]`` in-edge adjacency of ``edge_index`` (row = target), cached for
-        that tensor (an identity cache, as :class:`~fgl_ray.models.base.GCNNormalisation`)."""
+        """The in-edge adjacency of ``edge_index`` (:func:`~fgl_ray.models.base.in_edge_matrix`),
+        cached for that tensor (an identity cache, as :class:`~fgl_ray.models.base.GCNNormalisation`)."""
         cached = self._adjacency
         if cached is not None and cached[0] is edge_index and cached[1].shape == (size[1], size[0]) \
                 and cached[1].dtype == dtype:
             return cached[1]
-        rows, order = in_edges_by_target(edge_index, size[1])
-        device = edge_index.device
-        with quiet_sparse_warnings():
-            adjacency = torch.sparse_csr_tensor(rows.to(device), edge_index[0][order.to(device)],
-                                                torch.ones(order.numel(), dtype=dtype, device=device),
-                                                (size[1], size[0]))
-        self._adjacency = (edge_index, adjacency)
-        return adjacency
+        ones = torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+        self._adjacency = (edge_index, in_edge_matrix(edge_index, ones, size))
+        return self._adjacency[1]

@@ -119,13 +119,14 @@ def _multigraph(num_nodes=30, num_edges=160, seed=4):
     return torch.randn(num_nodes, 6, generator=generator), edges
 
 
-def test_graphsage_csr_and_scatter_aggregation_agree_forward_and_backward():
-    """The sparse-matrix mean equals PyG's per-edge scatter: identical logits (whole graph, repeated
-    edges, nodes without in-edges), gradients to float tolerance."""
+@pytest.mark.parametrize("name", ["gcn", "sage"])
+def test_csr_and_scatter_aggregation_agree_forward_and_backward(name):
+    """The sparse-matrix product equals PyG's per-edge scatter: identical logits (whole graph,
+    repeated edges, nodes without in-edges), gradients to float tolerance."""
     x, edge_index = _multigraph()
     torch.manual_seed(0)
-    csr = build_model("sage", 6, 3, hidden=8, dropout=0.0)
-    scatter = build_model("sage", 6, 3, hidden=8, dropout=0.0, aggregation="scatter")
+    csr = build_model(name, 6, 3, hidden=8, dropout=0.0)
+    scatter = build_model(name, 6, 3, hidden=8, dropout=0.0, aggregation="scatter")
     scatter.load_state_dict(csr.state_dict())
     outputs = []
     for model in (csr, scatter):
@@ -157,6 +158,8 @@ def test_graphsage_csr_follows_the_graph_it_is_shown_and_its_sampled_hops_and_ch
 def test_model_option_values_are_checked_against_their_annotations():
     with pytest.raises(ValueError, match="option aggregation: must be 'csr' or 'scatter', got 'dense'"):
         build_model("sage", 6, 3, aggregation="dense")
+    with pytest.raises(ValueError, match="option aggregation: must be 'csr' or 'scatter', got 'mean'"):
+        build_model("gcn", 6, 3, aggregation="mean")
     with pytest.raises(ValueError, match="option share: must be 'convs' or 'all'"):
         build_model("gin", 6, 3, share="some")
     with pytest.raises(ValueError, match="option propagate_in_training: input should be a valid boolean"):
