@@ -352,19 +352,25 @@ def main(section: str, settings: Mapping[str, Mapping[str, tuple[float, float]]]
     parser.add_argument("--torch-threads", type=int, default=None)
     parser.add_argument("--reuse", action="store_true", help="reuse finished runs of the same name under --out")
     parser.add_argument("--aggregators", nargs="+", choices=("mean", "fedia"), default=["mean", "fedia"],
-                        help="run only these rows (two processes can then share the pairs; the table pairs "
-                             "base and FedIA rows, so record it with both and --reuse)")
+                        help="run only these rows (two processes can then share the pairs); with one, no table is "
+                             "written: record it afterwards with both and --reuse")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/fedia"))
     parser.add_argument("--results-file", type=Path, default=RESULTS, help="the Markdown file to write the section to")
     args = parser.parse_args()
     tables, record = [], {}
+    partial = len(set(args.aggregators)) < 2     # half the pairs: a table would mispair its rows
     with ray_session() if args.backend == "ray" else nullcontext():
         for preset, pairs in settings.items():
             if args.presets and preset not in args.presets:
                 continue
             rows = run_setting(preset, pairs, args)
+            if partial:
+                continue
             tables.append(markdown_table(preset, rows, paper.get(preset, {}), order) + "\n" + gains(rows))
             record[preset] = {label: summaries for label, summaries in rows}
+    if partial:
+        print(f"ran the {args.aggregators[0]} rows only; write the table with both aggregators and --reuse")
+        return
     name = section_name(section, args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{name}.json").write_text(json.dumps(record, default=str))

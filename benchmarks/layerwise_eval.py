@@ -5,13 +5,13 @@ full-graph evaluation (GraphSAGE), and the sparse-CSR product against PyG's per-
                                         [--aggregations csr scatter]
 
 One domain of the ``synthetic`` generator (mean degree 30, 128 features), the model (``sage`` or
-``gcn``; layer-wise chunks for ``sage`` only) at hidden 128, two layers. For each aggregation (``--model-options "{aggregation: ...}"``): a no-grad forward
-pass of ``encode`` and ``classify`` over the whole graph and layer-wise in chunks, and one
-full-batch training step (forward, cross-entropy over every node, backward). Each measurement
-runs in a fresh process: seconds and the growth of the peak resident memory (reset through
-``/proc/self/clear_refs``, Linux); then the ratios against the same aggregation's full pass, the
-ratios of ``csr`` to ``scatter``, and the largest logit difference from the scatter full pass.
-Two torch threads.
+``gcn``; layer-wise chunks for ``sage`` only) at hidden 128, two layers. For each aggregation
+(``--model-options "{aggregation: ...}"``): a no-grad forward pass of ``encode`` and ``classify``
+over the whole graph and layer-wise in chunks, and one full-batch training step (forward,
+cross-entropy over every node, backward). Each measurement runs in a fresh process: seconds and
+the growth of the peak resident memory (reset through ``/proc/self/clear_refs``, Linux); then the
+ratios against the same aggregation's full pass, the ratios of ``csr`` to ``scatter``, and the
+largest logit difference from the full pass of the first of ``--aggregations``. Two torch threads.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fgl_ray.models.base import MODELS, GraphModel, layer_dims
+from fgl_ray.models.base import MODELS, GraphCache, GraphModel, layer_dims
 
 HOMO, HETERO, UNKNOWN = 0, 1, 2
 #: The attention vectors FedSPA aggregates by Fisher information (authors' ``fr`` and ``be`` names).
@@ -145,21 +145,21 @@ class ACMGCN(GraphModel):
         self.layers = nn.ModuleList(ACMLayer(a, b) for a, b in dims)
         self.dropout = dropout
         self._types: tuple[Tensor, Tensor] | None = None
-        self._graph: tuple[Tensor, TypedGraph] | None = None
+        self._graph = GraphCache()
 
     def set_edge_types(self, edge_index: Tensor, types: Tensor) -> None:
         """Gives the edges of this ``edge_index`` tensor their types (``label_edge_types``)."""
         self._types = (edge_index, types)
-        self._graph = None
+        self._graph.clear()
 
     def typed_graph(self, edge_index: Tensor, num_nodes: int) -> TypedGraph:
-        """The propagation of ``edge_index``, cached for that tensor (held, so that its identity cannot
-        pass to another graph); its edges are typed only if :meth:`set_edge_types` named it."""
-        if self._graph is None or self._graph[0] is not edge_index:
+        """The propagation of ``edge_index``, cached for that tensor (:class:`GraphCache`); its edges
+        are typed only if :meth:`set_edge_types` named it."""
+        def build() -> TypedGraph:
             typed = self._types is not None and self._types[0] is edge_index
-            types = self._types[1] if typed else torch.full_like(edge_index[0], UNKNOWN)
-            self._graph = (edge_index, TypedGraph(edge_index, types, num_nodes))
-        return self._graph[1]
+            return TypedGraph(edge_index, self._types[1] if typed else torch.full_like(edge_index[0], UNKNOWN),
+                              num_nodes)
+        return self._graph.get(edge_index, num_nodes, build)
 
     def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
         graph = self.typed_graph(edge_index, x.shape[0])

@@ -6,7 +6,7 @@ import contextlib
 import inspect
 import typing
 import warnings
-from typing import ClassVar, Iterable, Sequence
+from typing import Callable, ClassVar, Hashable, Iterable, Sequence
 
 import pydantic
 import torch
@@ -56,25 +56,46 @@ class GraphModel(nn.Module):
         return self.classify(self.encode(x, edge_index), edge_index)
 
 
+class GraphCache:
+    """A value derived from the last graph seen, kept for that ``edge_index`` tensor and ``key``
+    (sizes, dtype): the tensor is held, so that its identity cannot pass to another graph (PyG's
+    ``cached=True`` keeps the first graph's normalisation for every later one). Copies and pickles
+    of a model start empty: a sparse CSR tensor can be neither deep-copied nor stored as weights."""
+
+    def __init__(self) -> None:
+        self._entry: tuple[Tensor, Hashable, object] | None = None
+
+    def get(self, edge_index: Tensor, key: Hashable, build: Callable[[], object]):
+        entry = self._entry
+        if entry is None or entry[0] is not edge_index or entry[1] != key:
+            self._entry = entry = (edge_index, key, build())
+        return entry[2]
+
+    def clear(self) -> None:
+        self._entry = None
+
+    def __getstate__(self) -> dict:
+        return {"_entry": None}
+
+
 class GCNNormalisation:
     """``D^-1/2 (A + I) D^-1/2`` of an ``edge_index`` for ``GCNConv(normalize=False)``, as (edges,
-    weights), or with ``sparse`` as (its :func:`in_edge_matrix`, None), cached for that tensor:
-    another tensor (a sampled batch, an augmented view, another client's graph) is normalised anew.
-    The cached tensor is held, so that its identity cannot pass to another graph (PyG's
-    ``cached=True`` keeps the first graph's normalisation for every later one)."""
+    weights), or with ``sparse`` as (its :func:`in_edge_matrix`, None), cached for that tensor
+    (:class:`GraphCache`): another tensor (a sampled batch, an augmented view, another client's
+    graph) is normalised anew."""
 
     def __init__(self, sparse: bool = False) -> None:
         self.sparse = sparse
-        self._graph: tuple[Tensor, Tensor, Tensor | None] | None = None
+        self._cache = GraphCache()
 
     def __call__(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
-        if self._graph is None or self._graph[0] is not edge_index:
-            from torch_geometric.nn.conv.gcn_conv import gcn_norm
+        return self._cache.get(edge_index, (num_nodes, dtype), lambda: self._normalise(edge_index, num_nodes, dtype))
 
-            index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
-            normalised = (in_edge_matrix(index, weight, (num_nodes, num_nodes)), None) if self.sparse else (index, weight)
-            self._graph = (edge_index, *normalised)
-        return self._graph[1], self._graph[2]
+    def _normalise(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+        index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
+        return (in_edge_matrix(index, weight, (num_nodes, num_nodes)), None) if self.sparse else (index, weight)
 
 
 def in_edges_by_target(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
@@ -89,7 +110,9 @@ def in_edges_by_target(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tens
 def in_edge_matrix(edge_index: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
     """The ``size[1] x size[0]`` sparse CSR matrix whose row ``v`` holds the ``values`` of ``v``'s
     in-edges, in their order in ``edge_index`` (repeated edges kept apart): a product with it sums a
-    node's messages in the order PyG's scatter does, without one message per edge."""
+    node's messages in the order PyG's scatter does, without one message per edge. A row's columns
+    are sorted where ``edge_index`` is sorted by source (a coalesced graph); repeated edges break
+    torch's "distinct columns" rule, which its CPU kernels do not need (not checked on CUDA)."""
     rows, order = in_edges_by_target(edge_index, size[1])
     order = order.to(edge_index.device)
     with quiet_sparse_warnings():
@@ -113,11 +136,12 @@ def check_model_options(name: str, options: dict) -> None:
     if unknown:
         valid = ", ".join(model_options(name)) or "none"
         raise ValueError(f"model {name!r} has no option(s) {', '.join(unknown)}; valid options: {valid}")
-    hints = typing.get_type_hints(MODELS.get(name).__init__)
+    hints = typing.get_type_hints(MODELS.get(name).__init__) if options else {}
     for key, value in options.items():
         if key in hints:
-            try:
-                pydantic.TypeAdapter(hints[key]).validate_python(value)
+            try:   # strict: the model receives the value as given, so "false" must not pass for False
+                pydantic.TypeAdapter(hints[key]).validate_python(tuple(value) if isinstance(value, list) else value,
+                                                                 strict=True)
             except pydantic.ValidationError as error:
                 choices = typing.get_args(hints[key]) if typing.get_origin(hints[key]) is typing.Literal else ()
                 wanted = " or ".join(map(repr, choices)) if choices else error.errors()[0]["msg"].lower()

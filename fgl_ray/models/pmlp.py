@@ -13,26 +13,25 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-from fgl_ray.models.base import MODELS, GraphModel, layer_dims, quiet_sparse_warnings
+from fgl_ray.models.base import MODELS, GraphCache, GraphModel, layer_dims, quiet_sparse_warnings
 
 
 class NormalisedAdjacency:
-    """Caches the self-looped, symmetric-normalised adjacency of one graph as a sparse matrix; another
-    ``edge_index`` tensor (an augmented view) is normalised anew. The cached tensor is held, so that
-    its identity cannot pass to another graph."""
+    """The self-looped, symmetric-normalised adjacency of a graph as a coalesced sparse matrix,
+    cached for that ``edge_index`` tensor (:class:`~fgl_ray.models.base.GraphCache`): another tensor
+    (an augmented view) is normalised anew."""
 
     def __init__(self) -> None:
-        self._edge_index: Tensor | None = None
-        self._matrix: Tensor | None = None
+        self._cache = GraphCache()
 
     def __call__(self, edge_index: Tensor, num_nodes: int) -> Tensor:
-        if edge_index is not self._edge_index or self._matrix.shape[0] != num_nodes:
-            index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
-            with quiet_sparse_warnings():
-                matrix = torch.sparse_coo_tensor(index.flip(0), weight, (num_nodes, num_nodes))
-                self._matrix = matrix.coalesce().to_sparse_csr()
-            self._edge_index = edge_index
-        return self._matrix
+        return self._cache.get(edge_index, num_nodes, lambda: self._normalise(edge_index, num_nodes))
+
+    @staticmethod
+    def _normalise(edge_index: Tensor, num_nodes: int) -> Tensor:
+        index, weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
+        with quiet_sparse_warnings():
+            return torch.sparse_coo_tensor(index.flip(0), weight, (num_nodes, num_nodes)).coalesce().to_sparse_csr()
 
 
 @MODELS.register("pmlp_gcn")

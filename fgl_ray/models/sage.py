@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv
 
-from fgl_ray.models.base import MODELS, Aggregation, ConvStack, in_edge_matrix, layer_dims
+from fgl_ray.models.base import MODELS, Aggregation, ConvStack, GraphCache, in_edge_matrix, layer_dims
 
 
 @MODELS.register("sage")
@@ -38,7 +38,7 @@ class GraphSAGE(ConvStack):
         self.convs = nn.ModuleList(SAGEConv(a, b, aggr="mean") for a, b in dims)
         self.dropout = dropout
         self.aggregation = aggregation
-        self._adjacency: tuple[Tensor, Tensor] | None = None    # (edge_index, its CSR): the last graph seen
+        self._adjacency = GraphCache()    # the CSR of the last graph seen
 
     def _conv(self, conv: nn.Module, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor,
               size: tuple[int, int]) -> Tensor:
@@ -49,11 +49,8 @@ class GraphSAGE(ConvStack):
 
     def _csr(self, edge_index: Tensor, size: tuple[int, int], dtype: torch.dtype) -> Tensor:
         """The in-edge adjacency of ``edge_index`` (:func:`~fgl_ray.models.base.in_edge_matrix`),
-        cached for that tensor (an identity cache, as :class:`~fgl_ray.models.base.GCNNormalisation`)."""
-        cached = self._adjacency
-        if cached is not None and cached[0] is edge_index and cached[1].shape == (size[1], size[0]) \
-                and cached[1].dtype == dtype:
-            return cached[1]
-        ones = torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device)
-        self._adjacency = (edge_index, in_edge_matrix(edge_index, ones, size))
-        return self._adjacency[1]
+        cached for that tensor (:class:`~fgl_ray.models.base.GraphCache`)."""
+        def build() -> Tensor:
+            ones = torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+            return in_edge_matrix(edge_index, ones, size)
+        return self._adjacency.get(edge_index, (size, dtype), build)
