@@ -60,7 +60,8 @@ class GraphCache:
     """A value derived from the last graph seen, kept for that ``edge_index`` tensor and ``key``
     (sizes, dtype): the tensor is held, so that its identity cannot pass to another graph (PyG's
     ``cached=True`` keeps the first graph's normalisation for every later one). Copies and pickles
-    of a model start empty: a sparse CSR tensor can be neither deep-copied nor stored as weights."""
+    of a model start empty: a sparse CSR tensor cannot be deep-copied, and a model sent through
+    Ray or into a checkpoint need not carry its last graph."""
 
     def __init__(self) -> None:
         self._entry: tuple[Tensor, Hashable, object] | None = None
