@@ -184,7 +184,7 @@ def test_csr_and_scatter_agree_on_a_graph_without_edges(name):
 @pytest.mark.parametrize("name", NODE_MODELS)
 def test_a_used_model_copies_and_pickles_without_its_graph_cache(name):
     """Models keep the last graph's propagation (a sparse CSR matrix for gcn, sage, pmlp_gcn), which
-    neither deepcopy nor pickling can take: copies start with an empty cache and compute the same."""
+    deepcopy cannot take: copies and pickles start with an empty cache and compute the same."""
     import copy
     import io
 
