@@ -2,6 +2,9 @@
 
 Steps, in order of importance, each skipped when the time left (``--budget-s``) is below its estimate:
 
+0. aggregation (on the GPU, else the CPU): GCN and GraphSAGE's sparse-CSR product (``aggregation:
+   csr``, the default) against PyG's per-edge scatter, logits and gradients, on a graph with
+   repeated and unsorted edges (torch's CSR rules forbid both; its CPU kernels accept them);
 1. placement: five Ray actors asking 0.25 GPU each: four start, the fifth waits until one ends;
    the memory cap: an actor at a 0.25 share (``cap_gpu_memory``) allocates 20% of the card, and
    40% fails with an out-of-memory error;
@@ -67,6 +70,42 @@ class Check:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "gpu_check.md").write_text("\n".join(self.lines) + "\n")
         (self.out / "gpu_check.json").write_text(json.dumps(self.results, indent=1, default=str))
+
+
+def aggregation_agrees(check: Check, device: str) -> None:
+    """Step 0: ``csr`` against ``scatter`` for ``gcn`` and ``sage`` on ``device``, same weights."""
+    import torch
+
+    from fgl_ray.models import build_model
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2000, 32, generator=generator)
+    edges = torch.randint(0, 2000, (2, 40000), generator=generator)
+    edges[:, :5000] = edges[:, 5000:10000]                   # repeated edges
+    x, edges = x.to(device), edges.to(device)
+    for name in ("gcn", "sage"):
+        label = f"{name} csr vs scatter on {device}"
+        try:
+            models = [build_model(name, 32, 4, hidden=32, dropout=0.0, aggregation=a).to(device)
+                      for a in ("csr", "scatter")]
+            models[1].load_state_dict(models[0].state_dict())
+            logits, grads = [], []
+            for model in models:
+                out = model(x, edges)
+                out.square().sum().backward()
+                logits.append(out.detach())
+                grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+            forward = float((logits[0] - logits[1]).abs().max())
+            backward = float((grads[0] - grads[1]).abs().max() / grads[1].abs().max())
+        except Exception as error:                               # a CUDA kernel refusing the matrix
+            check.results[label] = {"error": repr(error)}
+            check.say(f"{label}: FAILED ({error!r})")
+            continue
+        agree = forward < 1e-4 and backward < 1e-4
+        check.results[label] = {"largest_logit_difference": forward, "largest_relative_gradient_difference": backward,
+                                "agree": agree}
+        check.say(f"{label}: largest logit difference {forward:.1e}, gradient {backward:.1e} (relative): "
+                  f"{'agree' if agree else 'DISAGREE'}")
 
 
 def placement(check: Check) -> None:
@@ -175,6 +214,8 @@ def main() -> None:
     check.say(f"device: {torch.cuda.get_device_name(0) if gpu else 'no GPU'}; torch {torch.__version__}")
     runs = args.out / "runs"
     try:
+        if check.step("aggregation", 20):
+            aggregation_agrees(check, "cuda" if gpu else "cpu")
         with fgl_ray.Simulator(progress=False) as sim:
             if gpu and check.step("placement", 40):
                 sim.pooled                        # waits until Ray is up
