@@ -22,6 +22,13 @@ MODELS: Registry[type["GraphModel"]] = Registry("model")
 Aggregation = typing.Literal["csr", "scatter"]
 
 
+def uses_csr(model: str, aggregation: str) -> bool:
+    """Whether ``aggregation`` asks for the CSR product (else PyG's scatter); any other value raises."""
+    if aggregation not in typing.get_args(Aggregation):
+        raise ValueError(f"{model} aggregation must be 'csr' or 'scatter', got {aggregation!r}")
+    return aggregation == "csr"
+
+
 class GraphModel(nn.Module):
     """A model split into an encoder and a classifier head.
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import get_args
-
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GCNConv
 
-from fgl_ray.models.base import MODELS, Aggregation, ConvStack, GCNNormalisation, layer_dims
+from fgl_ray.models.base import MODELS, Aggregation, ConvStack, GCNNormalisation, layer_dims, uses_csr
 
 
 @MODELS.register("gcn")
@@ -27,13 +25,11 @@ class GCN(ConvStack):
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
                  dropout: float = 0.5, aggregation: Aggregation = "csr") -> None:
         super().__init__()
-        if aggregation not in get_args(Aggregation):
-            raise ValueError(f"gcn aggregation must be 'csr' or 'scatter', got {aggregation!r}")
         dims = layer_dims(in_dim, num_classes, hidden, num_layers)
         self.representation_dim = dims[-1][0]
         self.convs = nn.ModuleList(GCNConv(a, b, normalize=False) for a, b in dims)
         self.dropout = dropout
-        self.normalised = GCNNormalisation(sparse=aggregation == "csr")
+        self.normalised = GCNNormalisation(sparse=uses_csr("gcn", aggregation))
 
     def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
         graph = self.normalised(edge_index, x.shape[0], x.dtype)

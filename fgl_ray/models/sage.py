@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import get_args
-
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import SAGEConv
 
-from fgl_ray.models.base import MODELS, Aggregation, ConvStack, GraphCache, in_edge_matrix, layer_dims
+from fgl_ray.models.base import MODELS, Aggregation, ConvStack, GraphCache, in_edge_matrix, layer_dims, uses_csr
 
 
 @MODELS.register("sage")
@@ -31,18 +29,16 @@ class GraphSAGE(ConvStack):
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
                  dropout: float = 0.5, aggregation: Aggregation = "csr") -> None:
         super().__init__()
-        if aggregation not in get_args(Aggregation):
-            raise ValueError(f"sage aggregation must be 'csr' or 'scatter', got {aggregation!r}")
         dims = layer_dims(in_dim, num_classes, hidden, num_layers)
         self.representation_dim = dims[-1][0]
         self.convs = nn.ModuleList(SAGEConv(a, b, aggr="mean") for a, b in dims)
         self.dropout = dropout
-        self.aggregation = aggregation
+        self.csr = uses_csr("sage", aggregation)
         self._adjacency = GraphCache()    # the CSR of the last graph seen
 
     def _conv(self, conv: nn.Module, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor,
               size: tuple[int, int]) -> Tensor:
-        if self.aggregation == "scatter":
+        if not self.csr:
             return conv(x, edge_index, size=size)
         dtype = x[0].dtype if isinstance(x, tuple) else x.dtype
         return conv(x, self._csr(edge_index, size, dtype))

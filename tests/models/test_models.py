@@ -167,6 +167,9 @@ def test_model_option_values_are_checked_against_their_annotations():
     with pytest.raises(ValueError, match="option propagate_in_training: input should be a valid boolean, got 'false'"):
         build_model("pmlp_gcn", 6, 3, propagate_in_training="false")    # a true string: refused, not taken as True
     assert build_model("mm_gnn", 8, 3, modality_dims=[4, 2]).modality_dims == (4, 2)   # YAML gives lists
+    for name in ("gcn", "sage"):    # built directly, past the option check
+        with pytest.raises(ValueError, match=f"{name} aggregation must be 'csr' or 'scatter', got 'dense'"):
+            MODELS.get(name)(6, 3, aggregation="dense")
 
 
 @pytest.mark.parametrize("name", ["gcn", "sage"])
