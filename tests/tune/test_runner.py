@@ -25,7 +25,10 @@ from fgl_ray.tune.tables import CURVES_TABLE, GRID_JSON, RUNS_DIRNAME, TRIAL_REC
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "tune_configs" / "smoke.yaml"
-FAIL_FIRST = ("p001", "p003")
+#: The last two points (Tune runs baseline, p000, ... in order, two at a time), so that p001, third,
+#: always starts on an actor a finished trial hands on, and keeps its record (a trial rerun by
+#: ``resume`` rewrites its own); with p001 failing, which trials were reused hung on timing.
+FAIL_FIRST = ("p002", "p003")
 #: A trial whose actors do not fit its bundles waits forever; stop the grid instead of hanging.
 BUDGET_S = 900
 
