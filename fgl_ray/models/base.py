@@ -64,26 +64,36 @@ class GraphModel(nn.Module):
 
 
 class GraphCache:
-    """A value derived from the last graph seen, kept for that ``edge_index`` tensor and ``key``
-    (sizes, dtype): the tensor is held, so that its identity cannot pass to another graph (PyG's
-    ``cached=True`` keeps the first graph's normalisation for every later one). Copies and pickles
-    of a model start empty: a sparse CSR tensor cannot be deep-copied, and a model sent through
-    Ray or into a checkpoint need not carry its last graph."""
+    """A value derived from a graph, kept for that ``edge_index`` tensor and ``key`` (sizes, dtype):
+    the tensor is held, so that its identity cannot pass to another graph (PyG's ``cached=True``
+    keeps the first graph's normalisation for every later one).
+
+    Two entries: the latest graph, which the next new graph replaces, and the graph asked for most
+    often, which a newer one replaces only once asked for more often still. So a client that
+    trains on sampled batches (a new graph each step) keeps its whole graph's value from one
+    evaluation to the next, instead of rebuilding it (0.6-0.8 s for a 200k-node, 6M-edge CSR).
+    Copies and pickles of a model start empty: a sparse CSR tensor cannot be deep-copied, and a
+    model sent through Ray or into a checkpoint need not carry its graphs."""
 
     def __init__(self) -> None:
-        self._entry: tuple[Tensor, Hashable, object] | None = None
+        self._kept: list | None = None      # [edge_index, key, value, hits]
+        self._latest: list | None = None
 
     def get(self, edge_index: Tensor, key: Hashable, build: Callable[[], object]):
-        entry = self._entry
-        if entry is None or entry[0] is not edge_index or entry[1] != key:
-            self._entry = entry = (edge_index, key, build())
-        return entry[2]
+        for entry in (self._kept, self._latest):
+            if entry is not None and entry[0] is edge_index and entry[1] == key:
+                entry[3] += 1
+                if entry is self._latest and (self._kept is None or entry[3] > self._kept[3]):
+                    self._kept, self._latest = entry, self._kept
+                return entry[2]
+        self._latest = [edge_index, key, build(), 0]
+        return self._latest[2]
 
     def clear(self) -> None:
-        self._entry = None
+        self._kept = self._latest = None
 
     def __getstate__(self) -> dict:
-        return {"_entry": None}
+        return {"_kept": None, "_latest": None}
 
 
 class GCNNormalisation:

@@ -200,3 +200,51 @@ def test_a_used_model_copies_and_pickles_without_its_graph_cache(name):
         buffer.seek(0)
         for twin in (copy.deepcopy(model), torch.load(buffer, weights_only=False)):
             assert torch.equal(twin(x, edge_index), expected)
+
+
+def test_graph_cache_keeps_the_graph_asked_for_most_while_new_graphs_pass_through():
+    from fgl_ray.models.base import GraphCache
+
+    builds = []
+    cache = GraphCache()
+
+    def get(edges, key=0):
+        return cache.get(edges, key, lambda: builds.append(edges) or len(builds))
+
+    whole, batches = torch.zeros(2, 3), [torch.zeros(2, 1) for _ in range(4)]
+    assert get(whole) == get(whole) == 1               # built once, then asked for again
+    for batch in batches:                              # each batch asked for twice (two layers)
+        assert get(batch) == get(batch)
+    assert get(whole) == 1 and len(builds) == 5        # the whole graph survived the batches
+    assert get(whole, key=1) == 6                      # another key is another value
+    cache.clear()
+    assert get(whole) == 7
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage"])
+def test_evaluation_after_sampled_batches_reuses_the_whole_graphs_matrix(name, monkeypatch):
+    """Training on sampled batches (a new edge tensor each step) must not evict the whole graph's
+    CSR matrix, or every evaluation rebuilds it."""
+    import fgl_ray.models.base as base
+    import fgl_ray.models.sage as sage
+
+    built = []
+
+    def counting(edge_index, values, size):
+        built.append(size)
+        return in_edge_matrix(edge_index, values, size)
+
+    in_edge_matrix = base.in_edge_matrix
+    monkeypatch.setattr(base, "in_edge_matrix", counting)
+    monkeypatch.setattr(sage, "in_edge_matrix", counting)
+    x, edge_index = _graph()
+    model = build_model(name, 6, 3, hidden=8)
+    with torch.no_grad():
+        expected = model.eval()(x, edge_index)
+        after_first = len(built)
+        model.train()
+        for step in range(3):
+            batch = edge_index[:, step::2]
+            model(x, batch)
+        assert torch.equal(model.eval()(x, edge_index), expected)
+    assert after_first == 1 and len(built) == after_first + 3     # one matrix per batch, none at the end
