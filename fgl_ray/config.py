@@ -543,15 +543,19 @@ def _check_layerwise(config: ExperimentConfig) -> None:
     """Layer-wise evaluation runs a node model's convolutions on chunks of target nodes."""
     from fgl_ray.algorithms import ALGORITHMS
     from fgl_ray.models import MODELS
+    from fgl_ray.models.base import model_options
 
     fix = "use eval_batching 'full' (or 'sampled' with node_batching 'neighbor')"
     if config.resolved_task() != "node-classification":
         raise ValueError(f"eval_batching 'layerwise' evaluates node classification; {fix}")
     if not MODELS.get(config.model).trims_hops:
         layered = ", ".join(name for name in MODELS.names() if MODELS.get(name).trims_hops)
+        csr = config.model_options.get("aggregation", "csr") == "csr" and "aggregation" in model_options(config.model)
+        note = (f" ({config.model}'s full pass with aggregation 'csr', the default, holds no per-edge messages, "
+                f"which is what layer-wise evaluation bounds)" if csr else "")
         raise ValueError(f"eval_batching 'layerwise' computes each layer for a chunk of nodes from all their "
                          f"neighbours (bipartite convolutions), which model {config.model!r} cannot; use --model "
-                         f"{layered}, or {fix}")
+                         f"{layered}, or {fix}{note}")
     reason = ALGORITHMS.get(config.algorithm).whole_graph
     if reason:
         raise ValueError(f"algorithm {config.algorithm!r} {reason}, so it evaluates through its own graph, not layer "

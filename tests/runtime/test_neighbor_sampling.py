@@ -283,7 +283,9 @@ def test_layerwise_evaluation_gives_the_full_evaluation(tiny_config, tiny_data, 
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"model": "gcn"}, "which model 'gcn' cannot; use --model sage"),
+    ({"model": "gcn"}, "which model 'gcn' cannot; use --model sage.*holds no per-edge messages"),
+    ({"model": "gcn", "model_options": {"aggregation": "scatter"}}, r"which model 'gcn' cannot; use --model sage.*'neighbor'\)(?! \()"),
+    ({"model": "mlp"}, r"which model 'mlp' cannot; use --model sage.*'neighbor'\)(?! \()"),
     ({"algorithm": "fedepd"}, "evaluates through its own graph, not layer by layer"),
     ({"dataset": "synthetic-mm", "task": "link-prediction", "model": "sage"}, "evaluates node classification"),
 ])
