@@ -30,7 +30,7 @@ class InEdgeChunks:
     neighbours while holding one chunk's messages at a time."""
 
     def __init__(self, edge_index: Tensor, num_nodes: int, chunk: int) -> None:
-        self.ptr, order = in_edges_by_target(edge_index, num_nodes)
+        self.ptr, order = in_edges_by_target(edge_index.cpu(), num_nodes)   # read on the host, chunk by chunk
         self.sources = edge_index[0][order.to(edge_index.device)]
         self.num_nodes, self.chunk = num_nodes, chunk
 
@@ -50,7 +50,7 @@ class TorchNeighborSampler(BaseSampler):
     where it first enters the batch (PyG's ``NeighborSampler`` semantics, directed subgraph)."""
 
     def __init__(self, edge_index: Tensor, num_nodes: int, num_neighbors: Sequence[int]) -> None:
-        self.colptr, order = in_edges_by_target(edge_index, num_nodes)
+        self.colptr, order = in_edges_by_target(edge_index.cpu(), num_nodes)
         self.sources = edge_index[0].cpu()[order]
         self.edge_ids = order
         self.num_neighbors = list(num_neighbors)

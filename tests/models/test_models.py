@@ -248,3 +248,19 @@ def test_evaluation_after_sampled_batches_reuses_the_whole_graphs_matrix(name, m
             model(x, batch)
         assert torch.equal(model.eval()(x, edge_index), expected)
     assert after_first == 1 and len(built) == after_first + 3     # one matrix per batch, none at the end
+
+
+def test_in_edges_by_target_lists_each_nodes_in_edges_in_their_original_order():
+    from fgl_ray.models.base import in_edges_by_target
+
+    generator = torch.Generator().manual_seed(3)
+    edge_index = torch.randint(0, 9, (2, 60), generator=generator)     # repeats, and nodes 9-10 without in-edges
+    colptr, order = in_edges_by_target(edge_index, 11)
+    assert colptr.tolist()[-3:] == [60, 60, 60]
+    for v in range(11):
+        expected = (edge_index[1] == v).nonzero().flatten().tolist()
+        assert order[colptr[v]:colptr[v + 1]].tolist() == expected
+    # the GPU's pointers (a search in the sorted targets) equal the CPU's counts
+    assert torch.equal(torch.searchsorted(edge_index[1][order], torch.arange(12)), colptr)
+    empty = in_edges_by_target(torch.empty(2, 0, dtype=torch.long), 4)
+    assert empty[0].tolist() == [0] * 5 and empty[1].numel() == 0
