@@ -202,7 +202,9 @@ def test_a_used_model_copies_and_pickles_without_its_graph_cache(name):
             assert torch.equal(twin(x, edge_index), expected)
 
 
-def test_graph_cache_keeps_the_graph_asked_for_most_while_new_graphs_pass_through():
+def test_graph_cache_keeps_the_largest_graph_while_smaller_ones_pass_through():
+    import pickle
+
     from fgl_ray.models.base import GraphCache
 
     builds = []
@@ -212,42 +214,56 @@ def test_graph_cache_keeps_the_graph_asked_for_most_while_new_graphs_pass_throug
         return cache.get(edges, key, lambda: builds.append(edges) or len(builds))
 
     whole, batches = torch.zeros(2, 3), [torch.zeros(2, 1) for _ in range(4)]
-    assert get(whole) == get(whole) == 1               # built once, then asked for again
-    for batch in batches:                              # each batch asked for twice (two layers)
+    for batch in batches[:2]:                          # training first, each batch asked for twice
         assert get(batch) == get(batch)
-    assert get(whole) == 1 and len(builds) == 5        # the whole graph survived the batches
+    assert get(whole) == get(whole) == 3
+    for batch in batches[2:]:
+        assert get(batch) == get(batch)
+    assert get(whole) == 3 and len(builds) == 5        # the whole graph survived the batches
+    assert get(batches[3]) == 5                        # and so did the latest batch
     assert get(whole, key=1) == 6                      # another key is another value
+    larger = torch.zeros(2, 4)
+    assert get(larger) == 7 and get(whole, key=1) == 6    # a larger graph keeps the one it replaced
     cache.clear()
-    assert get(whole) == 7
+    assert get(whole) == 8
+    old = pickle.loads(pickle.dumps(cache).replace(b"empty", b"_entr"))   # a one-entry cache's pickle
+    assert old.get(whole, 0, lambda: "built") == "built"
 
 
-@pytest.mark.parametrize("name", ["gcn", "sage"])
-def test_evaluation_after_sampled_batches_reuses_the_whole_graphs_matrix(name, monkeypatch):
-    """Training on sampled batches (a new edge tensor each step) must not evict the whole graph's
-    CSR matrix, or every evaluation rebuilds it."""
+@pytest.mark.parametrize("name", ["gcn", "sage", "pmlp_gcn"])
+def test_evaluation_between_sampled_batches_reuses_the_whole_graphs_matrix(name, monkeypatch):
+    """Training on sampled batches (a new, smaller edge tensor each step, asked for by each layer)
+    must not evict the whole graph's CSR matrix, or every evaluation rebuilds it."""
     import fgl_ray.models.base as base
+    import fgl_ray.models.pmlp as pmlp
     import fgl_ray.models.sage as sage
 
     built = []
+    original = base.in_edge_matrix
 
     def counting(edge_index, values, size):
-        built.append(size)
-        return in_edge_matrix(edge_index, values, size)
+        built.append(edge_index.shape[1])
+        return original(edge_index, values, size)
 
-    in_edge_matrix = base.in_edge_matrix
-    monkeypatch.setattr(base, "in_edge_matrix", counting)
-    monkeypatch.setattr(sage, "in_edge_matrix", counting)
+    def normalise(edge_index, num_nodes, normalise=pmlp.NormalisedAdjacency._normalise):
+        built.append(edge_index.shape[1])
+        return normalise(edge_index, num_nodes)
+
+    for module in (base, sage):
+        monkeypatch.setattr(module, "in_edge_matrix", counting)
+    monkeypatch.setattr(pmlp.NormalisedAdjacency, "_normalise", staticmethod(normalise))
     x, edge_index = _graph()
-    model = build_model(name, 6, 3, hidden=8)
+    options = {"propagate_in_training": True} if name == "pmlp_gcn" else {}
+    model = build_model(name, 6, 3, hidden=8, **options)
+    evaluations = []
     with torch.no_grad():
-        expected = model.eval()(x, edge_index)
-        after_first = len(built)
-        model.train()
-        for step in range(3):
-            batch = edge_index[:, step::2]
-            model(x, batch)
-        assert torch.equal(model.eval()(x, edge_index), expected)
-    assert after_first == 1 and len(built) == after_first + 3     # one matrix per batch, none at the end
+        for round_ in range(3):
+            model.train()
+            for step in range(2):
+                model(x, edge_index[:, step::2])
+            evaluations.append(model.eval()(x, edge_index))
+    assert all(torch.equal(evaluation, evaluations[0]) for evaluation in evaluations)
+    assert built.count(max(built)) == 1 and len(built) == 1 + 3 * 2   # one per batch, the whole graph once
 
 
 def test_in_edges_by_target_lists_each_nodes_in_edges_in_their_original_order():
