@@ -13,7 +13,7 @@ from typing import Any, Literal, Sequence
 
 import yaml
 
-from fgl_ray.config import ConfigError, ExperimentConfig, check_fields, load_config, yaml_problem
+from fgl_ray.config import ConfigError, ExperimentConfig, check_fields, load_config, read_yaml_mapping, yaml_problem
 from fgl_ray.errors import DatasetUnavailable, PartitionError, folder_name, unreachable
 
 #: What ``fgl-ray run`` compares when no algorithm is named.
@@ -108,13 +108,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         values = _resume_values(args, values)
     check_fields(values, args.config)   # a bad value is answered before torch and PyG load
-    if args.address and values.get("backend", "ray") != "ray":
+    given = (read_yaml_mapping(args.config, "config file") if args.config else {}) | values   # the file's fields too
+    if args.address and given.get("backend", "ray") != "ray":
         raise ConfigError(f"--address {args.address} names a Ray cluster, but --backend local runs in this process; "
                           "drop --address or use --backend ray")
     if args.compare:
         _check_compare(args.compare)
-    algorithms = args.compare or ((values["algorithm"],) if "algorithm" in values else DEFAULT_COMPARISON)
-    named = values.get("run_name")
+    algorithms = args.compare or ((given["algorithm"],) if "algorithm" in given else DEFAULT_COMPARISON)
+    named = given.get("run_name")
     configs = [load_config(values | {"algorithm": name} | ({"run_name": f"{named}-{name}"} if named and
                                                            len(algorithms) > 1 else {}), yaml_path=args.config)
                for name in algorithms]

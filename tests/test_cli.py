@@ -31,6 +31,25 @@ def test_run_compares_fedavg_and_local_by_default(tmp_path, capsys):
     assert f"domain-average test accuracy: {figure}" in out
 
 
+def test_a_config_files_algorithm_and_run_name_are_what_runs(tmp_path, capsys):
+    """`--config exp.yaml` naming an algorithm runs that algorithm alone, not the default comparison."""
+    (tmp_path / "exp.yaml").write_text("algorithm: local\nrun_name: mine\nrounds: 1\nhidden: 8\n"
+                                       "synthetic: {nodes_per_domain: 60, num_features: 8}\n")
+    code = cli.main(["run", "--config", str(tmp_path / "exp.yaml"), "--backend", "local", "--no-progress",
+                     "--output-dir", str(tmp_path / "out")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "local+mean" in out and "fedavg+mean" not in out
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["mine"]
+    code = cli.main(["run", "--config", str(tmp_path / "exp.yaml"), "--backend", "local", "--no-progress",
+                     "--output-dir", str(tmp_path / "cmp"), "--compare", "fedavg,local"])
+    assert code == 0                                       # --compare still overrides the file
+    assert sorted(p.name for p in (tmp_path / "cmp").iterdir() if p.is_dir()) == ["mine-fedavg", "mine-local"]
+    (tmp_path / "local.yaml").write_text("backend: local\n")
+    assert cli.main(["run", "--config", str(tmp_path / "local.yaml"), "--address", "127.0.0.1:1"]) == 2
+    assert "--backend local runs in this process" in capsys.readouterr().err
+
+
 def test_a_partition_that_does_not_fit_the_data_is_a_clean_error(tmp_path, capsys):
     code = cli.main(["run", "--backend", "local", "--partition", "random", "--num-clients", "500", "--no-progress",
                      "--output-dir", str(tmp_path), "--synthetic", "{nodes_per_domain: 60, num_features: 8}"])
