@@ -198,8 +198,9 @@ def _run_all(args: argparse.Namespace, configs: list[ExperimentConfig], simulato
     for label, summary in summaries.items():
         if "local_work" in summary:
             work = summary["local_work"]
+            batching = f", node batching {work['node_batching']}" if "node_batching" in work else ""
             print(f"{label}: local work {work['steps_per_client_round']:g} steps per client and round "
-                  f"({work['steps_per_round']:g} per round, node batching {work['node_batching']})")
+                  f"({work['steps_per_round']:g} per round{batching})")
     unscored = [label for label, summary in summaries.items()
                 if summary["coverage"]["complete"] and not _scored(summary, metric)]
     for label in unscored:

@@ -25,6 +25,7 @@ def test_run_compares_fedavg_and_local_by_default(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "fedavg+mean" in out and "local+mean" in out and "AVG" in out
     assert "balanced_accuracy" in out and "macro_f1" in out                    # the pooled table
+    assert "fedavg+mean: local work" in out and "node batching full" in out
     folders = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
     (figure,) = tmp_path.glob("*.png")                                          # one comparison figure
     assert len(folders) == 2 and figure.name == f"comparison-{folders[0]}.png"
@@ -81,6 +82,7 @@ def test_graph_classification_with_gcfl_plus_runs_from_the_command_line(tmp_path
     assert code == 0
     out = capsys.readouterr().out
     assert "gcfl_plus+mean" in out and "CLIENTS" in out
+    assert "gcfl_plus+mean: local work" in out and "node batching" not in out    # graphs, not sampled nodes
     (run_dir,) = tmp_path.iterdir()
     assert (run_dir / "clusters.json").is_file() and (run_dir / "clusters.png").is_file()
 

@@ -329,7 +329,8 @@ class FederationRun:
         summary["round_timing"] = round_timing(metrics)
         work = local_work(metrics)
         if work:
-            summary["local_work"] = {"node_batching": config.node_batching, **work}
+            node_level = config.resolved_task() == "node-classification"     # the one task that samples nodes
+            summary["local_work"] = ({"node_batching": config.node_batching} if node_level else {}) | work
         changes = cluster_changes(metrics)
         if changes:
             summary["clustering"] = clustering_summary(changes)
