@@ -304,11 +304,12 @@ def _datasets(args: argparse.Namespace) -> int:
         raise ConfigError(f"dataset root {str(root)!r} is not a folder; pass the folder that holds the datasets "
                           "(--data-dir or FGL_DATA_DIR)")
     print(f"dataset root: {root}" + ("" if root.exists() else " (does not exist yet: every dataset will be downloaded)"))
-    print(f"{'name':<18} {'tasks':<22} {'offline':<8} domains")
-    for name in DATASETS.names():
-        spec = DATASETS.get(name)
-        offline = "yes" if available_offline(spec, root) else "no"
-        print(f"{name:<18} {','.join(spec.tasks):<22} {offline:<8} {', '.join(spec.domains)}")
+    rows = [(name, ",".join(spec.tasks), "yes" if available_offline(spec, root) else "no", ", ".join(spec.domains))
+            for name, spec in ((name, DATASETS.get(name)) for name in DATASETS.names())]
+    rows.insert(0, ("name", "tasks", "offline", "domains"))
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    for row in rows:
+        print(" ".join(f"{cell:<{width}}" for cell, width in zip(row, widths)), row[3])
     return 0
 
 
