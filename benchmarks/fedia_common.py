@@ -157,32 +157,33 @@ def finished_summary(config: ExperimentConfig, *needed: str) -> dict | None:
 
 class RunLedger:
     """Finished benchmark runs, one JSON line each in a committed file: the experiment (its config
-    without the fields that only say where or how fast it runs) and its pooled last-K metric
-    means. Run folders are not kept in the repository; the ledger lets a fresh checkout recompose
-    a table, or add seeds to it, without re-running."""
+    without the fields that only say where or how fast it runs) and its figures (under ``field``:
+    the pooled last-K metric means, or what a benchmark's tables read). Run folders are not kept in
+    the repository; the ledger lets a fresh checkout recompose a table, or add seeds to it,
+    without re-running."""
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
+    def __init__(self, path: Path, field: str = "means"):
+        self.path, self.field = Path(path), field
 
-    def lookup(self, config: ExperimentConfig) -> dict[str, float] | None:
-        """The means last recorded for this experiment (``same_experiment``), or None."""
+    def lookup(self, config: ExperimentConfig) -> dict | None:
+        """The figures last recorded for this experiment (``same_experiment``), or None."""
         if not self.path.is_file():
             return None
         found = None
         for line in self.path.read_text().splitlines():
             entry = json.loads(line)
             if same_experiment(entry["experiment"], config):
-                found = entry["means"]
+                found = entry[self.field]
         return found
 
-    def record(self, config: ExperimentConfig, means: Mapping[str, float]) -> None:
-        """Appends the run unless the ledger already holds these means for it."""
-        if self.lookup(config) == dict(means):
+    def record(self, config: ExperimentConfig, figures: Mapping) -> None:
+        """Appends the run unless the ledger already holds these figures for it."""
+        if self.lookup(config) == json.loads(json.dumps(figures)):
             return
         experiment = {field: value for field, value in as_json(dict(config)).items() if field not in RUNTIME_FIELDS}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as ledger:
-            ledger.write(json.dumps({"experiment": experiment, "means": dict(means)}, sort_keys=True) + "\n")
+            ledger.write(json.dumps({"experiment": experiment, self.field: dict(figures)}, sort_keys=True) + "\n")
 
 
 def save_confusions(run_dir: Path, domains: Sequence[str], domain_of: Mapping[int, str]):

@@ -17,7 +17,10 @@ clients of the client's test accuracy at the final round and at the best-validat
 round for every client, chosen by pooled validation accuracy; never each client's best cached
 model), the average gain over self-training of the same client, and how many clients it helps
 (gain > 0), mean ± std over seeds. Tables go to the ``gcfl-reproduction`` section of
-``benchmarks/RESULTS.md``.
+``benchmarks/RESULTS.md``. Each finished run's per-client figures go to the committed
+``benchmarks/ledger/gcfl.jsonl`` (:func:`run_record`); ``--reuse`` takes a run from its folder
+under ``--out``, or else from the ledger, so a fresh checkout recomposes a table or adds seeds
+without re-running (tested: the tables come out equal either way).
 
 ``--protocol authors`` (or ``both``, the default) adds a second table per setting (and its per-seed
 figures to ``<out>/gcfl-reproduction.json``, which ``benchmarks/fidelity.py`` reads) that moves
@@ -52,7 +55,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedia_common import complete_run, finished_summary, replace_section  # noqa: E402
+from fedia_common import RunLedger, complete_run, finished_summary, replace_section  # noqa: E402
 from measure import MemorySampler  # noqa: E402
 
 from fgl_ray.config import load_config  # noqa: E402
@@ -78,15 +81,35 @@ METHODS = {
     "GCFL+": ("gcfl_plus", {}),
 }
 SELF_TRAIN = "self-train (local)"
-CLUSTERED = ("GCFL", "GCFL+")
 #: The authors' self-training epochs: 50 on a single dataset, 100 on a group of datasets.
 AUTHORS_SELF_TRAIN_EPOCHS = {True: 50, False: 100}
 ORDERED = "chunks_ordered"
 
 
+LEDGER = Path(__file__).with_name("ledger") / "gcfl.jsonl"
+
+
 def client_accuracy(summary: dict, which: str) -> dict[str, float]:
     """Each client's test accuracy at the ``final`` or the ``best_validation`` round."""
     return {c: scores["accuracy"] for c, scores in summary[which]["clients"].items()}
+
+
+def run_record(summary: dict, run_dir: Path) -> dict:
+    """What the tables read from a finished run, small enough for the ledger: each client's test
+    accuracy at the final and the best-validation round, after the authors' self-training epochs
+    (:func:`accuracy_after`) and as the authors report it (:func:`authors_figure`), the client
+    averages, the rounds run and the clusters at the end (None without clustering)."""
+    test = client_tables(read_metrics(run_dir), "test")["accuracy"].rename(columns=str)
+    path = run_dir / "clusters.json"
+    changes = json.loads(path.read_text()) if path.is_file() else None
+    final = client_accuracy(summary, "final")
+    return {"final": final, "best_validation": client_accuracy(summary, "best_validation"),
+            "final_avg": summary["final"]["avg_over_clients"]["accuracy"],
+            "best_validation_avg": summary["best_validation"]["avg_over_clients"]["accuracy"],
+            "rounds": summary["final"]["round"] + 1,
+            "after": {str(epochs): accuracy_after(test, epochs) for epochs in set(AUTHORS_SELF_TRAIN_EPOCHS.values())},
+            "authors": authors_figure(final, test, changes),
+            "clusters": len(changes[-1]["clusters"]) if changes else None}
 
 
 def is_single_dataset(values: dict) -> bool:
@@ -95,8 +118,8 @@ def is_single_dataset(values: dict) -> bool:
 
 
 def run_setting(name: str, values: dict, args, partition: str | None = None) -> dict[str, list[dict]]:
-    """Every method on one setting for every seed (on ``partition`` when given); per-seed
-    summaries, each with its run folder and its round x client test-accuracy table."""
+    """Every method on one setting for every seed (on ``partition`` when given): per-seed run
+    records (:func:`run_record`), from the run folder or the ledger with ``--reuse``, else run."""
     base = values | {"backend": args.backend, "torch_threads": args.torch_threads, "rounds": args.rounds,
                      "output_dir": str(args.out), "data_seed": 0, "overwrite": True}
     if partition:
@@ -104,8 +127,7 @@ def run_setting(name: str, values: dict, args, partition: str | None = None) -> 
         name = f"{name}-{partition}"
     if args.data_dir:
         base["data_dir"] = str(args.data_dir)
-    data = build_federated_data(load_config(base))
-    print(f"{name}: {len(data.clients)} clients, {sum(c.data.num_graphs for c in data.clients)} graphs", flush=True)
+    ledger, data = RunLedger(args.ledger, field="figures"), None
     results = {}
     for label, (algorithm, options) in METHODS.items():
         if args.methods and not any(part in label for part in args.methods):
@@ -114,21 +136,25 @@ def run_setting(name: str, values: dict, args, partition: str | None = None) -> 
         for seed in range(args.seeds):
             config = load_config(base | {"algorithm": algorithm, "algorithm_options": options, "seed": seed,
                                          "run_name": f"{name}-{algorithm}-s{seed}"})
-            started = time.perf_counter()
-            summary = args.reuse and finished_summary(config) or complete_run(config, data).summary
-            run_dir = Path(config.output_dir) / config.run_name
-            test = client_tables(read_metrics(run_dir), "test")["accuracy"]
-            summary = summary | {"run_dir": str(run_dir), "test_by_round": test.rename(columns=str)}
-            results[label].append(summary)
-            print(f"{name} | {label} | seed {seed}: final avg acc {summary['final']['avg_over_clients']['accuracy']:.4f}"
+            started, run_dir = time.perf_counter(), Path(config.output_dir) / config.run_name
+            summary = args.reuse and finished_summary(config)
+            record = run_record(summary, run_dir) if summary else args.reuse and ledger.lookup(config)
+            if not record:
+                if data is None:
+                    data = build_federated_data(load_config(base))
+                    print(f"{name}: {len(data.clients)} clients, "
+                          f"{sum(c.data.num_graphs for c in data.clients)} graphs", flush=True)
+                record = run_record(complete_run(config, data).summary, run_dir)
+            ledger.record(config, record)
+            results[label].append(record)
+            print(f"{name} | {label} | seed {seed}: final avg acc {record['final_avg']:.4f}"
                   f" ({time.perf_counter() - started:.0f} s)", flush=True)
     return results
 
 
 def gains(results: dict[str, list[dict]], label: str, which: str) -> tuple[list[float], list[int]]:
     """Per seed: the mean over clients of (method - self-train) accuracy, and the clients helped."""
-    mean_gain, helped, _ = compare([client_accuracy(s, which) for s in results[label]],
-                                   [client_accuracy(s, which) for s in results[SELF_TRAIN]])
+    mean_gain, helped, _ = compare([s[which] for s in results[label]], [s[which] for s in results[SELF_TRAIN]])
     return mean_gain, helped
 
 
@@ -144,10 +170,9 @@ def compare(own: list[dict], alone: list[dict]) -> tuple[list[float], list[int],
     return mean_gain, helped, not_hurt
 
 
-def accuracy_after(summary: dict, epochs: int) -> dict[str, float]:
-    """Each client's test accuracy after ``epochs`` rounds of one local epoch (self-training
-    stopped early, as the authors' budget), or at the last round of a shorter run."""
-    test = summary["test_by_round"]
+def accuracy_after(test, epochs: int) -> dict[str, float]:
+    """Each client's test accuracy (``test``: round x client) after ``epochs`` rounds of one local
+    epoch (self-training stopped early, as the authors' budget), or at the last round of a shorter run."""
     return test.loc[min(epochs - 1, int(test.index.max()))].to_dict()
 
 
@@ -162,17 +187,12 @@ def snapshot_rounds(changes: list[dict]) -> list[tuple[int, list[str]]]:
     return snapshots
 
 
-def authors_figure(label: str, summary: dict) -> dict[str, float]:
-    """The figure GCFL's code reports: for GCFL/GCFL+ each client's best test accuracy over the
-    snapshots cached at its cluster's splits and at the end (chosen on the test set); the final
-    test accuracy for every other method."""
-    final = client_accuracy(summary, "final")
-    if label not in CLUSTERED:
-        return final
-    test = summary["test_by_round"]
-    clusters = Path(summary["run_dir"]) / "clusters.json"
+def authors_figure(final: dict[str, float], test, changes: list[dict] | None) -> dict[str, float]:
+    """The figure GCFL's code reports: for a clustered run (``changes``, its ``clusters.json``)
+    each client's best test accuracy over the snapshots cached at its cluster's splits and at the
+    end (chosen on the test set); the final test accuracy for every other run."""
     best = dict(final)
-    for round_index, clients in snapshot_rounds(json.loads(clusters.read_text())):
+    for round_index, clients in snapshot_rounds(changes or []):
         for client in clients:
             best[client] = max(best[client], float(test.loc[round_index, client]))
     return best
@@ -183,13 +203,13 @@ def spread(values, scale: float = 100.0, digits: int = 2) -> str:
 
 
 def table(name: str, results: dict[str, list[dict]]) -> str:
-    clients = len(next(iter(results.values()))[0]["final"]["clients"])
+    clients = len(next(iter(results.values()))[0]["final"])
     lines = [f"| {name} ({clients} clients) | final acc | final gain | helped | best-val acc | best-val gain "
              "| helped | clusters |", "|---|---|---|---|---|---|---|---|"]
     for label, summaries in results.items():
         cells = []
         for which in ("final", "best_validation"):
-            accuracy = [s[which]["avg_over_clients"]["accuracy"] for s in summaries]
+            accuracy = [s[f"{which}_avg"] for s in summaries]
             cells.append(spread(accuracy))
             if label == SELF_TRAIN or SELF_TRAIN not in results:
                 cells += ["–", "–"]
@@ -201,13 +221,9 @@ def table(name: str, results: dict[str, list[dict]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def clusters_of(summaries: list[dict]) -> str:
-    """Clusters at the end of each seed's run (from its ``clusters.json``), or – without any."""
-    counts = []
-    for summary in summaries:
-        path = Path(summary["run_dir"]) / "clusters.json"
-        if path.is_file():
-            counts.append(len(json.loads(path.read_text())[-1]["clusters"]))
+def clusters_of(records: list[dict]) -> str:
+    """Clusters at the end of each seed's run, or – without clustering."""
+    counts = [record["clusters"] for record in records if record["clusters"] is not None]
     return "/".join(map(str, counts)) if counts else "–"
 
 
@@ -220,23 +236,22 @@ def protocol_steps(single: bool, ours: dict[str, list[dict]], ordered: dict[str,
     ``ours``: final accuracy against self-training at the same round; ``short_self_train``: against
     self-training stopped at the authors' epochs; ``ordered``: the same on ``chunks_ordered``;
     ``authors``: the authors' figure (:func:`authors_figure`) there."""
-    epochs = AUTHORS_SELF_TRAIN_EPOCHS[single]
-    short = {key: [accuracy_after(s, epochs) for s in runs[SELF_TRAIN]] for key, runs in (("ours", ours),
-                                                                                          ("ordered", ordered))}
-    steps = {SELF_TRAIN: {"accuracy": [s["final"]["avg_over_clients"]["accuracy"] for s in ours[SELF_TRAIN]],
+    epochs = str(AUTHORS_SELF_TRAIN_EPOCHS[single])
+    short = {key: [s["after"][epochs] for s in runs[SELF_TRAIN]] for key, runs in (("ours", ours),
+                                                                                   ("ordered", ordered))}
+    steps = {SELF_TRAIN: {"accuracy": [s["final_avg"] for s in ours[SELF_TRAIN]],
                           "short": [float(np.mean(list(a.values()))) for a in short["ours"]],
                           "short_ordered": [float(np.mean(list(a.values()))) for a in short["ordered"]]}}
     for label in ours:
         if label == SELF_TRAIN:
             continue
-        final = [client_accuracy(s, "final") for s in ours[label]]
+        final = [s["final"] for s in ours[label]]
         steps[label] = dict(zip(STEPS, (
-            compare(final, [client_accuracy(s, "final") for s in ours[SELF_TRAIN]]),
+            compare(final, [s["final"] for s in ours[SELF_TRAIN]]),
             compare(final, short["ours"]),
-            compare([client_accuracy(s, "final") for s in ordered[label]], short["ordered"]),
-            compare([authors_figure(label, s) for s in ordered[label]], short["ordered"]))))
-        steps[label]["authors_accuracy"] = [float(np.mean(list(authors_figure(label, s).values())))
-                                            for s in ordered[label]]
+            compare([s["final"] for s in ordered[label]], short["ordered"]),
+            compare([s["authors"] for s in ordered[label]], short["ordered"]))))
+        steps[label]["authors_accuracy"] = [float(np.mean(list(s["authors"].values()))) for s in ordered[label]]
     return steps
 
 
@@ -276,8 +291,8 @@ def reproduce(args) -> None:
                 single = is_single_dataset(values)
                 ordered = run_setting(name, values, args, ORDERED) if single else results
                 steps = protocol_steps(single, results, ordered)
-                first = results[SELF_TRAIN][0]["final"]
-                setting.append(protocol_table(name, single, len(first["clients"]), first["round"] + 1, steps))
+                first = results[SELF_TRAIN][0]
+                setting.append(protocol_table(name, single, len(first["final"]), first["rounds"], steps))
                 records[name] = steps
             print("\n".join(setting), flush=True)
             tables += setting
@@ -291,6 +306,7 @@ def reproduce(args) -> None:
     if not args.no_write:
         replace_section(f"gcfl-reproduction{args.section_suffix}", body, args.results_file)
         if records:
+            args.out.mkdir(parents=True, exist_ok=True)    # a table recomposed from the ledger alone
             (args.out / f"gcfl-reproduction{args.section_suffix}.json").write_text(json.dumps(records, indent=1))
     print(body)
 
@@ -344,7 +360,10 @@ def main() -> None:
     parser.add_argument("--backend", choices=("ray", "local"), default="ray")
     parser.add_argument("--torch-threads", type=int, default=None)
     parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--reuse", action="store_true", help="reuse finished runs of the same experiment under --out")
+    parser.add_argument("--reuse", action="store_true",
+                        help="reuse finished runs of the same experiment under --out, or else in the ledger")
+    parser.add_argument("--ledger", type=Path, default=LEDGER,
+                        help="where finished runs' figures are kept (committed: a fresh checkout recomposes tables)")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/gcfl"))
     parser.add_argument("--results-file", type=Path, default=None)
     parser.add_argument("--section-suffix", default="")
