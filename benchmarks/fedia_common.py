@@ -228,8 +228,22 @@ def method_values(method: str) -> dict:
     return {"algorithm": algorithm} | ({"model": model} if model != "pmlp_gcn" else {})
 
 
+#: What the FedIA tables and ``fidelity.py`` read of a run's summary: all that its ledger keeps.
+TABLE_FIELDS = ("domains", "avg_over_domains", "references")
+
+
+def table_summary(summary: Mapping) -> dict:
+    """The part of a run's summary the tables read (:data:`TABLE_FIELDS`, and the best-validation
+    round's averages), small enough for the ledger."""
+    kept = {field: summary[field] for field in TABLE_FIELDS if field in summary}
+    if summary.get("best_validation"):
+        kept["best_validation"] = {"avg_over_domains": summary["best_validation"]["avg_over_domains"]}
+    return kept
+
+
 def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: int, data, args) -> dict:
-    """One federation (or the summary of an identical finished one under ``--out``)."""
+    """One federation; with ``--reuse``, the summary of an identical finished one under ``--out``,
+    or else its table part from ``args.ledger`` (None: folders only, for scripts that read them)."""
     name = run_name(preset, method.replace("@", "-"), aggregator, seed, args)
     folder = args.out / name
     values = method_values(method) | {
@@ -240,12 +254,18 @@ def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: i
     if args.lr is not None:
         values["lr"] = args.lr
     config = load_config(values)
-    if args.reuse and (summary := finished_summary(config, "test_confusions.npz")):
+    ledger = getattr(args, "ledger", None) and RunLedger(args.ledger, field="summary")
+    summary = args.reuse and (finished_summary(config, "test_confusions.npz") or ledger and ledger.lookup(config))
+    if summary:
+        if ledger:
+            ledger.record(config, table_summary(summary))
         return summary
     collector = save_confusions(folder, data.domains, {g.client_id: g.domain for g in data.clients})
     started = time.perf_counter()
     result = complete_run(config, data, on_round=collector)
     collector.write()
+    if ledger:
+        ledger.record(config, table_summary(result.summary))
     print(f"{preset} {name}: AVG {cell(result.summary['avg_over_domains'].get('accuracy'))} "
           f"({(time.perf_counter() - started) / 60:.1f} min) -> {result.run_dir}", flush=True)
     return result.summary
@@ -351,7 +371,11 @@ def main(section: str, settings: Mapping[str, Mapping[str, tuple[float, float]]]
     parser.add_argument("--lr", type=float, default=None, help="override the preset's learning rate (0.05)")
     parser.add_argument("--backend", choices=("ray", "local"), default="ray")
     parser.add_argument("--torch-threads", type=int, default=None)
-    parser.add_argument("--reuse", action="store_true", help="reuse finished runs of the same name under --out")
+    parser.add_argument("--reuse", action="store_true",
+                        help="reuse finished runs of the same experiment under --out, or else in the ledger")
+    parser.add_argument("--ledger", type=Path, default=Path(__file__).with_name("ledger") / f"{section}.jsonl",
+                        help="where finished runs' table figures are kept (committed: a fresh checkout recomposes "
+                             "the tables)")
     parser.add_argument("--aggregators", nargs="+", choices=("mean", "fedia"), default=["mean", "fedia"],
                         help="run only these rows (two processes can then share the pairs); with one, no table is "
                              "written: record it afterwards with both and --reuse")

@@ -53,7 +53,8 @@ def ensure_runs(args) -> None:
                 continue
             data = data or build_federated_data(load_config({"preset": PRESET, "features": args.features}))
             run_args = argparse.Namespace(features=args.features, optimizer_state=state, lr=None, rounds=200,
-                                          backend="local", torch_threads=args.torch_threads, out=args.out, reuse=True)
+                                          backend="local", torch_threads=args.torch_threads, out=args.out, reuse=True,
+                                          ledger=None)     # the curves read the run folders
             run_one(PRESET, "fedavg", aggregator, options, 0, data, run_args)
 
 
