@@ -16,6 +16,7 @@ class). Every run also keeps its per-round, per-domain test confusion matrices
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import shlex
@@ -128,6 +129,23 @@ def same_experiment(recorded: Mapping, config: ExperimentConfig) -> bool:
     return True
 
 
+def resolved_options(config: ExperimentConfig) -> dict:
+    """The algorithm's, aggregator's and model's options as the run takes them, defaults filled in:
+    kept beside a ledger's experiment, so that a later change of a default makes it another one."""
+    from fgl_ray.aggregators import AGGREGATORS
+    from fgl_ray.algorithms import ALGORITHMS
+    from fgl_ray.models import MODELS
+    from fgl_ray.models.base import COMMON_ARGUMENTS
+
+    model = {name: parameter.default for name, parameter in inspect.signature(MODELS.get(config.model)).parameters.items()
+             if name not in COMMON_ARGUMENTS and parameter.default is not inspect.Parameter.empty}
+    return as_json({
+        "algorithm": ALGORITHMS.get(config.algorithm).Options(**config.algorithm_options).model_dump(),
+        "aggregator": AGGREGATORS.get(config.aggregator).Options(**config.aggregator_options).model_dump(),
+        "model": {key: value for key, value in (model | dict(config.model_options)).items()
+                  if key not in DATA_MODEL_OPTIONS}})
+
+
 def recorded_config(folder: Path, config: ExperimentConfig) -> dict | None:
     """The config recorded in the run folder ``folder`` when it is the experiment ``config``
     (``same_experiment``; model options a run takes from its data aside), else None."""
@@ -157,22 +175,25 @@ def finished_summary(config: ExperimentConfig, *needed: str) -> dict | None:
 
 class RunLedger:
     """Finished benchmark runs, one JSON line each in a committed file: the experiment (its config
-    without the fields that only say where or how fast it runs) and its figures (under ``field``:
-    the pooled last-K metric means, or what a benchmark's tables read). Run folders are not kept in
-    the repository; the ledger lets a fresh checkout recompose a table, or add seeds to it,
-    without re-running."""
+    without the fields that only say where or how fast it runs), the options it took with their
+    defaults (:func:`resolved_options`; entries made before 2026-12-07 lack them and match on the
+    experiment alone) and its figures (under ``field``: the pooled last-K metric means, or what a
+    benchmark's tables read). Run folders are not kept in the repository; the ledger lets a fresh
+    checkout recompose a table, or add seeds to it, without re-running. Benchmarks look here
+    before a run folder, so a folder left by older code cannot replace a recorded run."""
 
     def __init__(self, path: Path, field: str = "means"):
         self.path, self.field = Path(path), field
 
     def lookup(self, config: ExperimentConfig) -> dict | None:
-        """The figures last recorded for this experiment (``same_experiment``), or None."""
+        """The figures last recorded for this experiment (``same_experiment``, and the same
+        resolved options where the entry has them), or None."""
         if not self.path.is_file():
             return None
-        found = None
+        found, resolved = None, resolved_options(config)
         for line in self.path.read_text().splitlines():
             entry = json.loads(line)
-            if same_experiment(entry["experiment"], config):
+            if same_experiment(entry["experiment"], config) and entry.get("resolved", resolved) == resolved:
                 found = entry[self.field]
         return found
 
@@ -181,9 +202,10 @@ class RunLedger:
         if self.lookup(config) == json.loads(json.dumps(figures)):
             return
         experiment = {field: value for field, value in as_json(dict(config)).items() if field not in RUNTIME_FIELDS}
+        entry = {"experiment": experiment, "resolved": resolved_options(config), self.field: dict(figures)}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as ledger:
-            ledger.write(json.dumps({"experiment": experiment, self.field: dict(figures)}, sort_keys=True) + "\n")
+            ledger.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
 def save_confusions(run_dir: Path, domains: Sequence[str], domain_of: Mapping[int, str]):
@@ -255,7 +277,7 @@ def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: i
         values["lr"] = args.lr
     config = load_config(values)
     ledger = getattr(args, "ledger", None) and RunLedger(args.ledger, field="summary")
-    summary = args.reuse and (finished_summary(config, "test_confusions.npz") or ledger and ledger.lookup(config))
+    summary = args.reuse and (ledger and ledger.lookup(config) or finished_summary(config, "test_confusions.npz"))
     if summary:
         if ledger:
             ledger.record(config, table_summary(summary))

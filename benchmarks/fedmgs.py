@@ -114,8 +114,9 @@ def run(dataset: str, task: str, rate: float, clients: int, algorithm: str, opti
     ledger = RunLedger(args.ledger)
     means = None
     if args.reuse or args.finished_only:
-        summary = finished_summary(config)
-        means = last_means(summary) if summary else ledger.lookup(config)
+        means = ledger.lookup(config)
+        if means is None and (summary := finished_summary(config)):
+            means = last_means(summary)
     if means is None and args.finished_only:
         return None
     if means is None:
@@ -314,7 +315,7 @@ def main() -> None:
     parser.add_argument("--ledger", type=Path, default=LEDGER,
                         help="the committed record of finished runs: read by --reuse/--finished-only, appended to")
     parser.add_argument("--reuse", action="store_true",
-                        help="reuse finished runs of the same name under --out, or else in the ledger")
+                        help="reuse finished runs recorded in the ledger, or else under --out")
     parser.add_argument("--finished-only", action="store_true",
                         help="tables from the finished runs only: run nothing; a cell shows (n) when fewer seeds ran")
     args = parser.parse_args()

@@ -18,8 +18,8 @@ round for every client, chosen by pooled validation accuracy; never each client'
 model), the average gain over self-training of the same client, and how many clients it helps
 (gain > 0), mean ± std over seeds. Tables go to the ``gcfl-reproduction`` section of
 ``benchmarks/RESULTS.md``. Each finished run's per-client figures go to the committed
-``benchmarks/ledger/gcfl.jsonl`` (:func:`run_record`); ``--reuse`` takes a run from its folder
-under ``--out``, or else from the ledger, so a fresh checkout recomposes a table or adds seeds
+``benchmarks/ledger/gcfl.jsonl`` (:func:`run_record`); ``--reuse`` takes a run from the ledger,
+or else from its folder under ``--out``, so a fresh checkout recomposes a table or adds seeds
 without re-running (tested: the tables come out equal either way).
 
 ``--protocol authors`` (or ``both``, the default) adds a second table per setting (and its per-seed
@@ -119,7 +119,7 @@ def is_single_dataset(values: dict) -> bool:
 
 def run_setting(name: str, values: dict, args, partition: str | None = None) -> dict[str, list[dict]]:
     """Every method on one setting for every seed (on ``partition`` when given): per-seed run
-    records (:func:`run_record`), from the run folder or the ledger with ``--reuse``, else run."""
+    records (:func:`run_record`), from the ledger or else the run folder with ``--reuse``, else run."""
     base = values | {"backend": args.backend, "torch_threads": args.torch_threads, "rounds": args.rounds,
                      "output_dir": str(args.out), "data_seed": 0, "overwrite": True}
     if partition:
@@ -137,8 +137,9 @@ def run_setting(name: str, values: dict, args, partition: str | None = None) -> 
             config = load_config(base | {"algorithm": algorithm, "algorithm_options": options, "seed": seed,
                                          "run_name": f"{name}-{algorithm}-s{seed}"})
             started, run_dir = time.perf_counter(), Path(config.output_dir) / config.run_name
-            summary = args.reuse and finished_summary(config)
-            record = run_record(summary, run_dir) if summary else args.reuse and ledger.lookup(config)
+            record = args.reuse and ledger.lookup(config)
+            if not record and args.reuse and (summary := finished_summary(config)):
+                record = run_record(summary, run_dir)
             if not record:
                 if data is None:
                     data = build_federated_data(load_config(base))

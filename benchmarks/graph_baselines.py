@@ -76,9 +76,9 @@ def run(dataset: str, method: str, seed: int, args, data_cache: dict) -> dict[st
         values["data_dir"] = str(args.data_dir)
     config = load_config(values)
     ledger = RunLedger(args.ledger)
-    summary = finished_summary(config)
-    means = ({name: summary[key]["accuracy"]["mean"] for name, key in COLUMNS} if summary
-             else ledger.lookup(config))
+    means = ledger.lookup(config)
+    if means is None and (summary := finished_summary(config)):
+        means = {name: summary[key]["accuracy"]["mean"] for name, key in COLUMNS}
     if means is None and args.finished_only:
         return None
     if means is None:

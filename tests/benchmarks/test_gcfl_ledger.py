@@ -32,4 +32,22 @@ def test_tables_from_the_ledger_equal_those_from_the_run_folders(tmp_path, monke
 
     (gcfl_run,) = ran["GCFL"]
     assert gcfl_run["clusters"] >= 1 and ran["self-train (local)"][0]["clusters"] is None
-    assert all(gcfl_run["authors"][c] >= gcfl_run["final"][c] for c in gcfl_run["final"])   # best over snapshots
+
+    entry = json.loads(args.ledger.read_text().splitlines()[0])          # the ledger answers before a folder
+    entry["figures"]["final_avg"] = -1.0
+    args.ledger.write_text(json.dumps(entry) + "\n")
+    args.out = tmp_path / "runs"
+    assert gcfl.run_setting("syn", setting, args)["self-train (local)"][0]["final_avg"] == -1.0
+
+
+def test_the_authors_figure_is_each_clients_best_test_accuracy_over_its_clusters_split_snapshots():
+    import pandas as pd
+
+    test = pd.DataFrame({"0": [0.1, 0.9, 0.2, 0.3], "1": [0.5, 0.2, 0.8, 0.4], "2": [0.9, 0.9, 0.9, 0.1]})
+    changes = [{"round": 0, "clusters": {"0": [0, 1, 2]}},
+               {"round": 2, "clusters": {"0": [0, 1], "1": [2]}},        # all three split after round 1
+               {"round": 3, "clusters": {"0": [0], "2": [1], "1": [2]}}]  # 0 and 1 split after round 2
+    final = test.iloc[-1].to_dict()
+    best = gcfl.authors_figure(final, test, changes)
+    assert best == {"0": max(0.3, 0.9, 0.2), "1": max(0.4, 0.2, 0.8), "2": max(0.1, 0.9)}
+    assert gcfl.authors_figure(final, test, None) == final              # no clustering: the final figure

@@ -44,6 +44,30 @@ def test_the_run_ledger_finds_a_run_by_its_experiment_not_by_where_it_ran(tmp_pa
     assert ledger.lookup(config) == {"auc": 0.8}
 
 
+def test_a_ledger_entry_made_under_other_option_defaults_is_another_experiment(tmp_path):
+    """Entries keep the options the run took with their defaults; when a default changes, the
+    recorded run no longer answers for the new one (entries without them match as before)."""
+    import inspect
+    import json
+
+    from fgl_ray.config import load_config
+    from fgl_ray.models import MODELS
+
+    ledger = fedia_common.RunLedger(tmp_path / "ledger.jsonl")
+    config = load_config({"dataset": "tu-proteins", "algorithm": "gcfl_plus", "seed": 0})
+    ledger.record(config, {"accuracy": 0.7})
+    entry = json.loads(ledger.path.read_text())
+    assert entry["resolved"]["algorithm"]["sequence"] == "gradient_norm"      # a default, not asked for
+    gin = inspect.signature(MODELS.get(config.model)).parameters                # the backbone's defaults too
+    assert config.model == "gin" and entry["resolved"]["model"] == {"share": gin["share"].default}
+    entry["resolved"]["algorithm"]["sequence"] = "update_norm"                  # as if the default were older
+    ledger.path.write_text(json.dumps(entry) + "\n")
+    assert ledger.lookup(config) is None
+    del entry["resolved"]
+    ledger.path.write_text(json.dumps(entry) + "\n")                          # an entry from before resolved options
+    assert ledger.lookup(config) == {"accuracy": 0.7}
+
+
 def test_the_fedmgs_benchmark_composes_only_the_rows_asked_for(tmp_path, monkeypatch):
     import fedmgs
 
