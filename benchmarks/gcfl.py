@@ -288,7 +288,9 @@ def reproduce(args) -> None:
             results, setting = run_setting(name, values, args), []
             if args.protocol != "authors":
                 setting.append(table(name, results))
-            if args.protocol != "ours":
+            if args.protocol != "ours" and SELF_TRAIN not in results:
+                print(f"{name}: no protocol table without self-training (add it to --methods)", flush=True)
+            elif args.protocol != "ours":
                 single = is_single_dataset(values)
                 ordered = run_setting(name, values, args, ORDERED) if single else results
                 steps = protocol_steps(single, results, ordered)

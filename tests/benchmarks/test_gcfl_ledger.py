@@ -51,3 +51,13 @@ def test_the_authors_figure_is_each_clients_best_test_accuracy_over_its_clusters
     best = gcfl.authors_figure(final, test, changes)
     assert best == {"0": max(0.3, 0.9, 0.2), "1": max(0.4, 0.2, 0.8), "2": max(0.1, 0.9)}
     assert gcfl.authors_figure(final, test, None) == final              # no clustering: the final figure
+
+
+def test_a_run_without_self_training_writes_its_table_and_skips_the_protocol_table(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(gcfl.SETTINGS, "syn", {"dataset": "synthetic-graphs", "num_clients": 3})
+    args = argparse.Namespace(settings=["syn"], methods=["FedAvg"], seeds=1, protocol="both", rounds=2,
+                              backend="local", torch_threads=1, data_dir=None, reuse=False, out=tmp_path / "runs",
+                              results_file=None, section_suffix="", no_write=True, ledger=tmp_path / "ledger.jsonl")
+    gcfl.reproduce(args)
+    out = capsys.readouterr().out
+    assert "| FedAvg |" in out and "no protocol table without self-training" in out
