@@ -135,10 +135,11 @@ def resolved_options(config: ExperimentConfig) -> dict:
     from fgl_ray.aggregators import AGGREGATORS
     from fgl_ray.algorithms import ALGORITHMS
     from fgl_ray.models import MODELS
-    from fgl_ray.models.base import COMMON_ARGUMENTS
+    from fgl_ray.models.base import model_options
 
-    model = {name: parameter.default for name, parameter in inspect.signature(MODELS.get(config.model)).parameters.items()
-             if name not in COMMON_ARGUMENTS and parameter.default is not inspect.Parameter.empty}
+    parameters = inspect.signature(MODELS.get(config.model)).parameters
+    model = {name: parameters[name].default for name in model_options(config.model)
+             if parameters[name].default is not inspect.Parameter.empty}
     return as_json({
         "algorithm": ALGORITHMS.get(config.algorithm).Options(**config.algorithm_options).model_dump(),
         "aggregator": AGGREGATORS.get(config.aggregator).Options(**config.aggregator_options).model_dump(),
@@ -199,7 +200,7 @@ class RunLedger:
 
     def record(self, config: ExperimentConfig, figures: Mapping) -> None:
         """Appends the run unless the ledger already holds these figures for it."""
-        if self.lookup(config) == json.loads(json.dumps(figures)):
+        if self.lookup(config) == as_json(figures):
             return
         experiment = {field: value for field, value in as_json(dict(config)).items() if field not in RUNTIME_FIELDS}
         entry = {"experiment": experiment, "resolved": resolved_options(config), self.field: dict(figures)}
@@ -264,8 +265,9 @@ def table_summary(summary: Mapping) -> dict:
 
 
 def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: int, data, args) -> dict:
-    """One federation; with ``--reuse``, the summary of an identical finished one under ``--out``,
-    or else its table part from ``args.ledger`` (None: folders only, for scripts that read them)."""
+    """One federation; with ``--reuse``, the table part of an identical finished one from
+    ``args.ledger`` (None: folders only, for scripts that read them), or else its summary under
+    ``--out`` (then recorded in the ledger)."""
     name = run_name(preset, method.replace("@", "-"), aggregator, seed, args)
     folder = args.out / name
     values = method_values(method) | {
@@ -277,8 +279,9 @@ def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: i
         values["lr"] = args.lr
     config = load_config(values)
     ledger = getattr(args, "ledger", None) and RunLedger(args.ledger, field="summary")
-    summary = args.reuse and (ledger and ledger.lookup(config) or finished_summary(config, "test_confusions.npz"))
-    if summary:
+    if args.reuse and ledger and (recorded := ledger.lookup(config)):
+        return recorded
+    if args.reuse and (summary := finished_summary(config, "test_confusions.npz")):
         if ledger:
             ledger.record(config, table_summary(summary))
         return summary
@@ -394,7 +397,7 @@ def main(section: str, settings: Mapping[str, Mapping[str, tuple[float, float]]]
     parser.add_argument("--backend", choices=("ray", "local"), default="ray")
     parser.add_argument("--torch-threads", type=int, default=None)
     parser.add_argument("--reuse", action="store_true",
-                        help="reuse finished runs of the same experiment under --out, or else in the ledger")
+                        help="reuse finished runs recorded in the ledger, or else under --out")
     parser.add_argument("--ledger", type=Path, default=Path(__file__).with_name("ledger") / f"{section}.jsonl",
                         help="where finished runs' table figures are kept (committed: a fresh checkout recomposes "
                              "the tables)")

@@ -364,7 +364,7 @@ def main() -> None:
     parser.add_argument("--torch-threads", type=int, default=None)
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--reuse", action="store_true",
-                        help="reuse finished runs of the same experiment under --out, or else in the ledger")
+                        help="reuse finished runs recorded in the ledger, or else under --out")
     parser.add_argument("--ledger", type=Path, default=LEDGER,
                         help="where finished runs' figures are kept (committed: a fresh checkout recomposes tables)")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks/gcfl"))
