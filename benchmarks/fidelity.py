@@ -65,7 +65,7 @@ GCFL_PROTOCOLS = {"ours": "our protocol: final round; self-training as long as t
                   "authors": "the authors': chunks_ordered (single datasets), self-training 50 epochs (100 on groups), "
                             "best test snapshot"}
 GCFL_COMMAND = ("FGL_DATA_DIR=../shared/datasets python benchmarks/gcfl.py reproduce --settings proteins "
-                "biochem-tiny mix-tiny --methods self-train FedAvg GCFL --seeds 3 --backend local --torch-threads 1")
+                "biochem-tiny mix-tiny --methods self-train FedAvg GCFL GCFL+ --seeds 3 --backend local --torch-threads 1")
 
 
 def effect_verdict(deltas: list[float], paper: float) -> str:

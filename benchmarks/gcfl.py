@@ -112,6 +112,12 @@ def run_record(summary: dict, run_dir: Path) -> dict:
             "clusters": len(changes[-1]["clusters"]) if changes else None}
 
 
+def selected(label: str, parts: list[str] | None) -> bool:
+    """Whether ``--methods`` picks this method: a full label picks that method alone ("GCFL" is
+    not "GCFL+"), any other text every label containing it; no ``--methods`` picks all."""
+    return not parts or any(part == label if part in METHODS else part in label for part in parts)
+
+
 def is_single_dataset(values: dict) -> bool:
     """Whether a setting cuts one dataset into clients (not one client per dataset of a group)."""
     return "num_clients" in values
@@ -130,7 +136,7 @@ def run_setting(name: str, values: dict, args, partition: str | None = None) -> 
     ledger, data = RunLedger(args.ledger, field="figures"), None
     results = {}
     for label, (algorithm, options) in METHODS.items():
-        if args.methods and not any(part in label for part in args.methods):
+        if not selected(label, args.methods):
             continue
         results[label] = []
         for seed in range(args.seeds):
@@ -355,7 +361,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("part", choices=("reproduce", "speed"))
     parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=list(SETTINGS))
-    parser.add_argument("--methods", nargs="+", default=None, help="run only methods whose label contains these")
+    parser.add_argument("--methods", nargs="+", default=None, help="run only these methods: a full label (GCFL is not GCFL+) or text every picked label contains")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--protocol", choices=("ours", "authors", "both"), default="both",
                         help="our table, the table from our protocol to the authors', or both")

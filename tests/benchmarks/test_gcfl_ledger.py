@@ -16,7 +16,7 @@ import gcfl  # noqa: E402
 def test_tables_from_the_ledger_equal_those_from_the_run_folders(tmp_path, monkeypatch):
     setting = {"dataset": "synthetic-graphs", "num_clients": 3}
     args = argparse.Namespace(backend="local", torch_threads=1, rounds=3, out=tmp_path / "runs", data_dir=None,
-                              seeds=1, methods=["self-train", "GCFL"], reuse=True, ledger=tmp_path / "ledger.jsonl")
+                              seeds=1, methods=["self-train", "CFL"], reuse=True, ledger=tmp_path / "ledger.jsonl")
     ran = gcfl.run_setting("syn", setting, args)
     assert sorted(ran) == ["GCFL", "GCFL+", "self-train (local)"]
     assert len(args.ledger.read_text().splitlines()) == 3
@@ -61,3 +61,14 @@ def test_a_run_without_self_training_writes_its_table_and_skips_the_protocol_tab
     gcfl.reproduce(args)
     out = capsys.readouterr().out
     assert "| FedAvg |" in out and "no protocol table without self-training" in out
+
+
+def test_a_full_label_picks_that_method_alone_and_other_text_every_label_holding_it():
+    def picked(parts):
+        return [label for label in gcfl.METHODS if gcfl.selected(label, parts)]
+
+    assert picked(["GCFL"]) == ["GCFL"]
+    assert picked(["GCFL+"]) == ["GCFL+"]
+    assert picked(["CFL"]) == ["GCFL", "GCFL+"]
+    assert picked(["self-train", "FedAvg"]) == ["self-train (local)", "FedAvg"]
+    assert picked(None) == list(gcfl.METHODS)
