@@ -22,8 +22,7 @@ model), the average gain over self-training of the same client, and how many cli
 or else from its folder under ``--out``, so a fresh checkout recomposes a table or adds seeds
 without re-running (tested: the tables come out equal either way).
 
-``--protocol authors`` (or ``both``, the default) adds a second table per setting (and its per-seed
-figures to ``<out>/gcfl-reproduction.json``, which ``benchmarks/fidelity.py`` reads) that moves
+``--protocol authors`` (or ``both``, the default) adds a second table per setting that moves
 from our protocol to the GCFL authors' one step by step, so that it shows how much of the paper's
 gain each choice accounts for: (1) self-training compared at 50 epochs on a single dataset and
 100 on a group (the authors' budget; read from the same self-training run at that round, one
@@ -32,7 +31,8 @@ partition ``chunks_ordered`` (file-order blocks of 50; the federations rerun on 
 one client per dataset); (3) the authors' reported figure: for GCFL/GCFL+ each client's best
 *test* accuracy over the snapshots the authors cache (before every split of the client's
 cluster and at the end); the final round for the other methods. Step (3) chooses on the test set
-and is labelled so.
+and is labelled so. ``benchmarks/fidelity.py`` reads the same steps from the ledger alone
+(:func:`recorded_results`).
 
 ``speed``: GCFL on PROTEINS, 10 clients, Ray backend, in a fresh Ray session: seconds until the
 first round ends (from before data loading and ``ray.init``), the median seconds per round after
@@ -123,9 +123,11 @@ def is_single_dataset(values: dict) -> bool:
     return "num_clients" in values
 
 
-def run_setting(name: str, values: dict, args, partition: str | None = None) -> dict[str, list[dict]]:
+def run_setting(name: str, values: dict, args, partition: str | None = None,
+                recorded_only: bool = False) -> dict[str, list[dict]] | None:
     """Every method on one setting for every seed (on ``partition`` when given): per-seed run
-    records (:func:`run_record`), from the ledger or else the run folder with ``--reuse``, else run."""
+    records (:func:`run_record`), from the ledger or else the run folder with ``--reuse``, else run;
+    with ``recorded_only``, from the ledger alone, and None when a run is missing from it."""
     base = values | {"backend": args.backend, "torch_threads": args.torch_threads, "rounds": args.rounds,
                      "output_dir": str(args.out), "data_seed": 0, "overwrite": True}
     if partition:
@@ -143,7 +145,9 @@ def run_setting(name: str, values: dict, args, partition: str | None = None) -> 
             config = load_config(base | {"algorithm": algorithm, "algorithm_options": options, "seed": seed,
                                          "run_name": f"{name}-{algorithm}-s{seed}"})
             started, run_dir = time.perf_counter(), Path(config.output_dir) / config.run_name
-            record = args.reuse and ledger.lookup(config)
+            record = (args.reuse or recorded_only) and ledger.lookup(config)
+            if not record and recorded_only:
+                return None
             if not record and args.reuse and (summary := finished_summary(config)):
                 record = run_record(summary, run_dir)
             if not record:
@@ -157,6 +161,20 @@ def run_setting(name: str, values: dict, args, partition: str | None = None) -> 
             print(f"{name} | {label} | seed {seed}: final avg acc {record['final_avg']:.4f}"
                   f" ({time.perf_counter() - started:.0f} s)", flush=True)
     return results
+
+
+def recorded_results(name: str, seeds: int, ledger: Path = LEDGER, rounds: int = 200):
+    """Self-training, FedAvg, GCFL and GCFL+ on a setting for ``seeds`` seeds, from the ledger alone:
+    (records, records on ``chunks_ordered``; the same for a group), or None when a run is missing."""
+    args = argparse.Namespace(backend="local", torch_threads=1, rounds=rounds, out=Path("unused"), data_dir=None,
+                              seeds=seeds, methods=[SELF_TRAIN, "FedAvg", "GCFL", "GCFL+"], reuse=True,
+                              ledger=ledger)
+    values = SETTINGS[name]
+    ours = run_setting(name, values, args, recorded_only=True)
+    if ours is None or not is_single_dataset(values):
+        return ours and (ours, ours)
+    ordered = run_setting(name, values, args, ORDERED, recorded_only=True)
+    return ordered and (ours, ordered)
 
 
 def gains(results: dict[str, list[dict]], label: str, which: str) -> tuple[list[float], list[int]]:
@@ -287,7 +305,7 @@ def protocol_table(name: str, single: bool, clients: int, rounds: int, steps: di
 def reproduce(args) -> None:
     from fgl_ray.runtime.ray_backend import ray_session
 
-    tables, records = [], {}
+    tables = []
     with ray_session() if args.backend == "ray" else nullcontext():
         for name in args.settings:
             values = SETTINGS[name]
@@ -302,7 +320,6 @@ def reproduce(args) -> None:
                 steps = protocol_steps(single, results, ordered)
                 first = results[SELF_TRAIN][0]
                 setting.append(protocol_table(name, single, len(first["final"]), first["rounds"], steps))
-                records[name] = steps
             print("\n".join(setting), flush=True)
             tables += setting
     command = shlex.join(["python", "benchmarks/gcfl.py", *sys.argv[1:]])
@@ -314,9 +331,6 @@ def reproduce(args) -> None:
             "script's docstring)\n\n" + "\n".join(tables))
     if not args.no_write:
         replace_section(f"gcfl-reproduction{args.section_suffix}", body, args.results_file)
-        if records:
-            args.out.mkdir(parents=True, exist_ok=True)    # a table recomposed from the ledger alone
-            (args.out / f"gcfl-reproduction{args.section_suffix}.json").write_text(json.dumps(records, indent=1))
     print(body)
 
 
