@@ -336,7 +336,9 @@ class FederationRun:
             summary["clustering"] = clustering_summary(changes)
             if not summary["clustering"]["split"]:
                 logger.warning("%s never split its clients into clusters: it ran as one federation (FedAvg with "
-                               "its aggregator); its split criteria may not fit this data", self.run_id)
+                               "its aggregator); its split criteria may not fit this data: set them with "
+                               "--algorithm-options (eps1/eps2, or criteria: relative with rel_mean/rel_max; "
+                               "tune_configs/gcfl_eps.yaml is a grid over eps1/eps2)", self.run_id)
         write_summary(run_dir, summary)
         plot_learning_curves(metrics, run_dir / "learning_curves.png", metric=self.task.headline)
         data = self.data
