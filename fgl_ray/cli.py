@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(run)
     run.add_argument("--compare", type=lambda s: tuple(s.split(",")), default=None,
                      help="comma-separated algorithms to run one after another and compare")
-    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--no-progress", action="store_true",
+                     help="hide the progress bar (hidden anyway where stderr is no terminal, as in a log file)")
     run.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                      help="continue an interrupted run from its checkpoint.pt, as it was configured")
     run.add_argument("--address", default=None,

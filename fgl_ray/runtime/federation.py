@@ -244,7 +244,7 @@ class FederationRun:
                 self.first = self.checkpoint.next_round
             self.next_round = self.checkpointed = self.first
             self.bar = tqdm(total=config.rounds, initial=self.first, desc=self.run_id, unit="round",
-                            disable=not progress, leave=True)
+                            disable=None if progress else True, leave=True)   # None: off where stderr is no terminal
             self.sink = (run_dir / "failures.jsonl").open("a")
         except BaseException:
             self.backend.close()
@@ -336,8 +336,9 @@ class FederationRun:
             summary["clustering"] = clustering_summary(changes)
             if not summary["clustering"]["split"]:
                 logger.warning("%s never split its clients into clusters: it ran as one federation (FedAvg with "
-                               "its aggregator); its split criteria may not fit this data: set them with "
-                               "--algorithm-options (eps1/eps2, or criteria: relative with rel_mean/rel_max; "
+                               "its aggregator). No split is tested before warmup_rounds (20 unless set); after "
+                               "it, the split criteria may not fit this data: set them with --algorithm-options "
+                               "(eps1/eps2, or criteria: relative with rel_mean/rel_max; "
                                "tune_configs/gcfl_eps.yaml is a grid over eps1/eps2)", self.run_id)
         write_summary(run_dir, summary)
         plot_learning_curves(metrics, run_dir / "learning_curves.png", metric=self.task.headline)
