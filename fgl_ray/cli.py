@@ -96,7 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     datasets = commands.add_parser("datasets", help="datasets and whether each is available offline")
     datasets.add_argument("--data-dir", type=Path, default=None, help="dataset root (default $FGL_DATA_DIR or cache)")
 
-    commands.add_parser("list", help="tasks, algorithms, aggregators, models, partitioners")
+    listing = commands.add_parser("list", help="tasks, algorithms, aggregators, models, partitioners; with a name, "
+                                               "what it is and its options")
+    listing.add_argument("name", nargs="?", default=None,
+                         help="an algorithm, aggregator or model: its paper, tasks and options with their defaults")
     _add_tune_commands(commands)
     return parser
 
@@ -314,7 +317,12 @@ def _datasets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list(_: argparse.Namespace) -> int:
+def _list(args: argparse.Namespace) -> int:
+    if args.name:
+        from fgl_ray.describe import describe
+
+        print(describe(args.name))
+        return 0
     from fgl_ray.aggregators import AGGREGATORS
     from fgl_ray.algorithms import ALGORITHMS
     from fgl_ray.data.partition import PARTITIONERS, PRESETS

@@ -11,6 +11,29 @@ def test_list_names_every_registry(capsys):
         assert name in out
 
 
+@pytest.mark.parametrize("name", ALGORITHMS.names() + ["fedia", "trimmed_mean"])
+def test_list_with_a_name_shows_every_option_with_its_default(capsys, name):
+    from fgl_ray.aggregators import AGGREGATORS
+
+    assert cli.main(["list", name]) == 0
+    out = capsys.readouterr().out
+    cls = ALGORITHMS.get(name) if name in ALGORITHMS.names() else AGGREGATORS.get(name)
+    for field, info in cls.Options.model_fields.items():
+        assert f"    {field}: " in out and f" = {info.default!r}" in out
+    assert ("options: none" in out) is not cls.Options.model_fields
+
+
+def test_list_with_a_model_shows_its_options_and_an_unknown_name_the_closest(capsys):
+    from fgl_ray.models.base import model_options
+
+    assert cli.main(["list", "sage"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("model sage: ") and model_options("sage") == ["aggregation"]
+    assert "aggregation: 'csr' | 'scatter' = 'csr'" in out
+    assert cli.main(["list", "fedprx"]) == 2
+    assert "did you mean 'fedprox'?" in capsys.readouterr().err
+
+
 def test_bad_input_fails_before_any_ray_process(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_simulator", lambda *args: pytest.fail("Ray must not start on bad input"))
     assert cli.main(["run", "--algorithm", "fedfoo"]) == 2
