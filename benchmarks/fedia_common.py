@@ -16,6 +16,7 @@ class). Every run also keeps its per-round, per-domain test confusion matrices
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import re
@@ -24,7 +25,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -264,10 +265,10 @@ def table_summary(summary: Mapping) -> dict:
     return kept
 
 
-def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: int, data, args) -> dict:
-    """One federation; with ``--reuse``, the table part of an identical finished one from
-    ``args.ledger`` (None: folders only, for scripts that read them), or else its summary under
-    ``--out`` (then recorded in the ledger)."""
+def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: int, data: Callable, args) -> dict:
+    """One federation on ``data()`` (called only when it runs); with ``--reuse``, the table part of an
+    identical finished one from ``args.ledger`` (None: folders only, for scripts that read them), or
+    else its summary under ``--out`` (then recorded in the ledger)."""
     name = run_name(preset, method.replace("@", "-"), aggregator, seed, args)
     folder = args.out / name
     values = method_values(method) | {
@@ -285,9 +286,10 @@ def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: i
         if ledger:
             ledger.record(config, table_summary(summary))
         return summary
-    collector = save_confusions(folder, data.domains, {g.client_id: g.domain for g in data.clients})
+    federation = data()
+    collector = save_confusions(folder, federation.domains, {g.client_id: g.domain for g in federation.clients})
     started = time.perf_counter()
-    result = complete_run(config, data, on_round=collector)
+    result = complete_run(config, federation, on_round=collector)
     collector.write()
     if ledger:
         ledger.record(config, table_summary(result.summary))
@@ -299,7 +301,7 @@ def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: i
 def run_setting(preset: str, pairs: Mapping[str, tuple[float, float]], args) -> list[tuple]:
     """Runs every base method with the mean aggregator and with FedIA at its (rho, beta), per seed."""
     rows = []
-    data = build_federated_data(load_config({"preset": preset, "features": args.features}))
+    data = functools.cache(lambda: build_federated_data(load_config({"preset": preset, "features": args.features})))
     for algorithm, (rho, beta) in pairs.items():
         if args.algorithms and algorithm not in args.algorithms:
             continue

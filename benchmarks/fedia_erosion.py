@@ -16,6 +16,7 @@ section of ``benchmarks/RESULTS.md`` and a figure.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import sys
@@ -46,12 +47,11 @@ def run_folder(args, state: str, aggregator: str) -> Path:
 
 def ensure_runs(args) -> None:
     """Runs the missing federations with ``fedia_twitch.py``'s naming and settings."""
-    data = None
+    data = functools.cache(lambda: build_federated_data(load_config({"preset": PRESET, "features": args.features})))
     for state in ("keep", "reset"):
         for aggregator, options in RUNS.values():
             if (run_folder(args, state, aggregator) / "test_confusions.npz").is_file():
                 continue
-            data = data or build_federated_data(load_config({"preset": PRESET, "features": args.features}))
             run_args = argparse.Namespace(features=args.features, optimizer_state=state, lr=None, rounds=200,
                                           backend="local", torch_threads=args.torch_threads, out=args.out, reuse=True,
                                           ledger=None)     # the curves read the run folders

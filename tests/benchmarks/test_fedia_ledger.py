@@ -22,6 +22,7 @@ def test_twitch_tables_from_the_ledger_equal_those_from_the_run_folders(shared_d
     assert len(args.ledger.read_text().splitlines()) == 2
 
     monkeypatch.setattr(fedia_common, "complete_run", lambda *a, **k: pytest.fail("a recorded run must not run again"))
+    monkeypatch.setattr(fedia_common, "build_federated_data", lambda *a: pytest.fail("a recorded table loads no data"))
     args.out = tmp_path / "elsewhere"                       # a fresh checkout: no run folders
     recomposed = fedia_common.run_setting("twitch-S1", pairs, args)
     order = ["DE", "EN", "ES", "FR", "PT", "RU"]
