@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fgl_ray.models.base import MODELS, GraphCache, GraphModel, layer_dims
+from fgl_ray.models.base import MODELS, GraphCache, GraphModel, dropout_features, layer_dims
 
 HOMO, HETERO, UNKNOWN = 0, 1, 2
 #: The attention vectors FedSPA aggregates by Fisher information (authors' ``fr`` and ``be`` names).
@@ -135,7 +135,6 @@ class ACMGCN(GraphModel):
     """ACM layers with edge-typed channels; ReLU and dropout between layers, the last one classifies."""
 
     tasks = ("node-classification",)
-    accepts_sparse_features = False          # the input is dropped out before the first layer
 
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
                  dropout: float = 0.5) -> None:
@@ -163,7 +162,7 @@ class ACMGCN(GraphModel):
 
     def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
         graph = self.typed_graph(edge_index, x.shape[0])
-        x = F.dropout(x, self.dropout, self.training)
+        x = dropout_features(x, self.dropout, self.training)     # a sparse x stays sparse (multi-hot features)
         for layer in self.layers[:-1]:
             x = F.dropout(F.relu(layer(x, graph)), self.dropout, self.training)
         return x

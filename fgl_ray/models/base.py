@@ -259,6 +259,15 @@ def layer_dims(in_dim: int, num_classes: int, hidden: int, num_layers: int) -> l
     return list(zip(dims[:-1], dims[1:]))
 
 
+def dropout_features(x: Tensor, p: float, training: bool) -> Tensor:
+    """``F.dropout`` that keeps a sparse CSR ``x`` sparse: it drops stored entries only, which is
+    dense dropout's distribution (a dropped zero stays zero), though not its random stream."""
+    if x.layout != torch.sparse_csr:
+        return F.dropout(x, p, training)
+    with quiet_sparse_warnings():
+        return torch.sparse_csr_tensor(x.crow_indices(), x.col_indices(), F.dropout(x.values(), p, training), x.shape)
+
+
 @contextlib.contextmanager
 def quiet_sparse_warnings():
     """Hides torch's notices that sparse CSR is in beta and that invariant checks are off."""

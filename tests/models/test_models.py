@@ -280,3 +280,35 @@ def test_in_edges_by_target_lists_each_nodes_in_edges_in_their_original_order():
     assert torch.equal(torch.searchsorted(edge_index[1][order], torch.arange(12)), colptr)
     empty = in_edges_by_target(torch.empty(2, 0, dtype=torch.long), 4)
     assert empty[0].tolist() == [0] * 5 and empty[1].numel() == 0
+
+
+def test_feature_dropout_keeps_sparse_features_sparse_with_dense_dropouts_distribution():
+    from fgl_ray.models.base import dropout_features
+
+    torch.manual_seed(0)
+    x = (torch.rand(400, 300) < 0.05).float() * torch.rand(400, 300)
+    sparse = x.to_sparse_csr()
+    assert torch.equal(dropout_features(sparse, 0.5, training=False).to_dense(), x)
+    dropped = dropout_features(sparse, 0.5, training=True)
+    assert dropped.layout == torch.sparse_csr
+    dense = dropped.to_dense()
+    assert torch.equal(dense[x == 0], torch.zeros(int((x == 0).sum())))            # a zero stays zero
+    kept = dense[x != 0] != 0
+    torch.testing.assert_close(dense[x != 0][kept], 2 * x[x != 0][kept])             # kept entries scale by 1/(1-p)
+    assert abs(float(kept.float().mean()) - 0.5) < 0.05                                # each kept with 1 - p
+
+
+def test_acm_gcn_gives_the_same_logits_and_gradients_on_sparse_features():
+    torch.manual_seed(0)
+    x = (torch.rand(60, 40) < 0.1).float()
+    edge_index = to_undirected(torch.randint(0, 60, (2, 150)))
+    model = build_model("acm_gcn", 40, 3, hidden=8, dropout=0.5).eval()
+    outputs = {}
+    for layout, features in (("dense", x), ("sparse", x.to_sparse_csr())):
+        model.zero_grad()
+        logits = model(features, edge_index)
+        logits.square().sum().backward()
+        outputs[layout] = logits.detach(), [p.grad.clone() for p in model.parameters()]
+    torch.testing.assert_close(outputs["sparse"][0], outputs["dense"][0])
+    for sparse_grad, dense_grad in zip(outputs["sparse"][1], outputs["dense"][1]):
+        torch.testing.assert_close(sparse_grad, dense_grad)

@@ -1,12 +1,14 @@
+import pytest
 import torch
 
 from fgl_ray.runtime.client import ClientRuntime
 
 
-def test_sparse_features_give_the_same_predictions_and_leave_the_partition_dense(tiny_config, tiny_data):
+@pytest.mark.parametrize("model", ["gcn", "pmlp_gcn", "acm_gcn"])
+def test_sparse_features_give_the_same_predictions_and_leave_the_partition_dense(tiny_config, tiny_data, model):
     graph = tiny_data.clients[0]
     runtimes = {
-        mode: ClientRuntime(graph, tiny_config(sparse_features=mode), tiny_data.num_features,
+        mode: ClientRuntime(graph, tiny_config(sparse_features=mode, model=model), tiny_data.num_features,
                             tiny_data.num_classes)
         for mode in ("on", "off")
     }
