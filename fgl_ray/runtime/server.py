@@ -18,7 +18,7 @@ from fgl_ray.aggregators.base import sample_weights
 from fgl_ray.aggregators.privacy import aggregate_noise, clip_update
 from fgl_ray.algorithms import build_algorithm
 from fgl_ray.config import ExperimentConfig
-from fgl_ray.diagnostics import active_share, cosine_to_aggregate, jaccard_overlap, pairwise_cosine
+from fgl_ray.diagnostics import round_diagnostics
 from fgl_ray.messages import (GLOBAL, Broadcast, ClientEvaluation, ClientFailure, ClientUpdate, ModelState,
                               PayloadError, check_update)
 from fgl_ray.params import ParamLayout, buffer_vector, trainable_vector
@@ -117,14 +117,9 @@ class ServerRuntime:
         """FedIA Section 3.2 diagnostics over this round's accepted updates."""
         stacked = torch.stack([u.update for u in updates])
         weights = sample_weights(torch.tensor([u.num_samples for u in updates], dtype=torch.float64))
-        fraction = self.config.diagnostics_fraction
-        dilution = {name: value.numpy() for name, value in active_share(stacked, weights, fraction).items()}
-        return dilution | {
-            "client_ids": np.array([u.client_id for u in updates]),
-            "overlap": jaccard_overlap(stacked, fraction).numpy(),
-            "pairwise_cosine": pairwise_cosine(stacked).numpy(),
-            "cosine_to_aggregate": cosine_to_aggregate(stacked, weights).numpy(),
-        }
+        found = round_diagnostics(stacked, weights, self.config.diagnostics_fraction)
+        return {name: value.numpy() for name, value in found.items()} | {
+            "client_ids": np.array([u.client_id for u in updates])}
 
     def evaluation_due(self, round_index: int) -> bool:
         last = round_index == self.config.rounds - 1
