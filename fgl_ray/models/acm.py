@@ -21,8 +21,10 @@ channels ``C = (L_het, H_het, L_hom, H_hom, L_unk, H_unk, M)`` are mixed per nod
 with the gates ``g_L = sigmoid(gate(L_unk))``, ``g_H = sigmoid(gate(H_unk))`` (one linear map
 ``out -> 1``, shared) and a ``7 x 7`` mixing matrix. ``att_hetero_*`` and ``att_homo_*`` are the
 authors' ``att_vec_*_fr`` and ``att_vec_*_be``, the tensors FedSPA's server weights by Fisher
-information (:data:`ATTENTION_GROUPS`). The input is dropped out before the first layer; hidden
-layers end in ReLU and dropout; the last layer's output is the logits (the authors return their
+information (:data:`ATTENTION_GROUPS`). The input is dropped out before the first layer (a sparse
+CSR input, multi-hot features under ``sparse_features``, stays sparse: its stored entries are
+dropped, dense dropout's distribution with another random stream, so ``sparse_features: off``
+repeats a run recorded before 2026-12-07 exactly); hidden layers end in ReLU and dropout; the last layer's output is the logits (the authors return their
 log-softmax, which the task's cross-entropy applies).
 
 Departures from the authors' code: their unknown high-pass score mixes ``H_unk a_het_high`` with
