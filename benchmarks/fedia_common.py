@@ -39,12 +39,14 @@ from fgl_ray.runtime.ray_backend import ray_session
 RESULTS = Path(__file__).with_name("RESULTS.md")
 RUNTIME_FIELDS = {"backend", "torch_threads", "output_dir", "run_name", "overwrite", "clients_per_actor",
                   "gpus_per_client", "round_timeout_s", "data_dir", "checkpoint_every"}
+#: FedSPA whose ACM-GCN divides its edge-typed sums by the degree (the authors' sums diverge on Twitch).
+FEDSPA_NORMALISED = "fedspa:typed_aggregation=normalised"
 BASES = {"fedavg": "FedAvg", "fedprox": "FedProx", "moon": "MOON", "feddyn": "FedDyn", "fedproto": "FedProto",
          "fgssl": "FGSSL", "fggp": "FGGP", "fedspa": "FedSPA", "fedavg@sage": "GraphSAGE FedAvg",
-         "fedsage_plus": "FedSage"}
+         "fedsage_plus": "FedSage", FEDSPA_NORMALISED: "FedSPA (typed sums normalised)"}
 #: The paper's name of a base method's FedIA row where it is not "<base> + FedIA": FedSPA's replaces
 #: its native rule ("FedIA (repl.)"; the paper's "FedSPA + FedIA", FedIA on top of that rule, is not built).
-FEDIA_ROWS = {"fedspa": "FedIA (repl.)"}
+FEDIA_ROWS = {"fedspa": "FedIA (repl.)", FEDSPA_NORMALISED: "FedIA (repl., typed sums normalised)"}
 AVG_METRICS = (("AVG bAcc", "balanced_accuracy"), ("AVG F1", "macro_f1"))
 
 
@@ -245,11 +247,17 @@ def run_name(preset: str, algorithm: str, aggregator: str, seed: int, args) -> s
 
 
 def method_values(method: str) -> dict:
-    """Config values of a base method: ``algorithm@model`` names the backbone; an algorithm built on
-    another backbone than the preset's PMLP-GCN (FedSage+, FedSPA) takes its own."""
+    """Config values of a base method ``algorithm[@model][:option=value]``: ``@model`` names the
+    backbone (an algorithm built on another backbone than the preset's PMLP-GCN, FedSage+ or FedSPA,
+    takes its own), ``:option=value`` sets one of the backbone's options."""
+    method, _, option = method.partition(":")
     algorithm, _, model = method.partition("@")
     model = model or ALGORITHMS.get(algorithm).backbone_for("pmlp_gcn")
-    return {"algorithm": algorithm} | ({"model": model} if model != "pmlp_gcn" else {})
+    values = {"algorithm": algorithm} | ({"model": model} if model != "pmlp_gcn" else {})
+    if option:
+        key, _, value = option.partition("=")
+        values["model_options"] = {key: value}
+    return values
 
 
 #: What the FedIA tables and ``fidelity.py`` read of a run's summary: all that its ledger keeps.
@@ -269,7 +277,7 @@ def run_one(preset: str, method: str, aggregator: str, options: Mapping, seed: i
     """One federation on ``data()`` (called only when it runs); with ``--reuse``, the table part of an
     identical finished one from ``args.ledger`` (None: folders only, for scripts that read them), or
     else its summary under ``--out`` (then recorded in the ledger)."""
-    name = run_name(preset, method.replace("@", "-"), aggregator, seed, args)
+    name = run_name(preset, re.sub("[@:=]", "-", method), aggregator, seed, args)
     folder = args.out / name
     values = method_values(method) | {
               "preset": preset, "aggregator": aggregator, "aggregator_options": dict(options),

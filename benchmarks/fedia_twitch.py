@@ -11,16 +11,16 @@ keeps one 32-million-parameter generator per client during its first stage (abou
 clients need about 16 GB beside the rest.
 """
 
-from fedia_common import main
+from fedia_common import FEDSPA_NORMALISED, main
 
 ORDER = ["ES", "DE", "FR", "RU", "EN", "PT"]  # the paper's column order
 SETTINGS = {
     "twitch-S1": {"fedavg": (0.1, 0.1), "fedprox": (0.9, 0.3), "moon": (0.3, 0.1), "feddyn": (0.3, 0.9),
                   "fedproto": (0.1, 0.3), "fgssl": (0.1, 0.1), "fggp": (0.3, 0.5), "fedspa": (0.1, 0.1),
-                  "fedavg@sage": (0.1, 0.1), "fedsage_plus": (0.1, 0.1)},
+                  "fedavg@sage": (0.1, 0.1), "fedsage_plus": (0.1, 0.1), FEDSPA_NORMALISED: (0.1, 0.1)},
     "twitch-S3": {"fedavg": (0.3, 0.3), "fedprox": (0.5, 0.7), "moon": (0.1, 0.9), "feddyn": (0.1, 0.1),
                   "fedproto": (0.1, 0.9), "fgssl": (0.1, 0.3), "fggp": (0.3, 0.9), "fedspa": (0.3, 0.3),
-                  "fedavg@sage": (0.3, 0.3), "fedsage_plus": (0.3, 0.3)},
+                  "fedavg@sage": (0.3, 0.3), "fedsage_plus": (0.3, 0.3), FEDSPA_NORMALISED: (0.3, 0.3)},
 }
 PAPER = {
     "twitch-S1": {

@@ -10,7 +10,11 @@ Each layer (``in -> out``) has a low-pass, a high-pass and an identity (MLP) cha
 and splits the two filtered channels by edge type (Subgraph Feature Propagation Decoupling): an edge
 is ``homo`` when both ends are labelled training nodes of the same class, ``hetero`` when of
 different classes, ``unknown`` otherwise, and ``L_t[i]`` sums ``L[j]`` over the in-edges ``j -> i``
-of type ``t`` (unnormalised, as the authors' DGL message passing does; ``H_t`` likewise). The seven
+of type ``t`` (unnormalised, as the authors' DGL message passing does; ``H_t`` likewise;
+``typed_aggregation: normalised`` divides by the self-looped in-degree, so that the three typed
+sums add up to ``A_hat``'s neighbour part: on Twitch, where degrees reach the hundreds, the sums
+make round 0's loss explode under the FedIA preset's SGD and FedSPA ends as a constant
+predictor, while the normalised sums train). The seven
 channels ``C = (L_het, H_het, L_hom, H_hom, L_unk, H_unk, M)`` are mixed per node by
 
     s = (L_het a_het_low, H_het a_het_high, L_hom a_hom_low, H_hom a_hom_high,
@@ -42,6 +46,8 @@ hetero channel: FedSPA's backbone without the decoupling.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -78,10 +84,12 @@ def attention_size(num_classes: int, hidden: int, num_layers: int) -> int:
 
 
 class TypedGraph:
-    """One graph's propagation: the self-looped in-degree and the in-edges of each type."""
+    """One graph's propagation: the self-looped in-degree and the in-edges of each type; with
+    ``normalised``, typed sums are divided by that degree."""
 
-    def __init__(self, edge_index: Tensor, types: Tensor, num_nodes: int) -> None:
+    def __init__(self, edge_index: Tensor, types: Tensor, num_nodes: int, normalised: bool = False) -> None:
         self.source, self.target = edge_index
+        self.normalised = normalised
         degree = torch.ones(num_nodes, device=edge_index.device).index_add_(
             0, self.target, torch.ones(self.target.numel(), device=edge_index.device))
         self.inverse_degree = degree.reciprocal().unsqueeze(1)
@@ -92,8 +100,10 @@ class TypedGraph:
         return (h + torch.zeros_like(h).index_add_(0, self.target, h[self.source])) * self.inverse_degree.to(h.dtype)
 
     def typed_sums(self, h: Tensor) -> list[Tensor]:
-        """Per edge type (homo, hetero, unknown), the sum of ``h`` over each node's in-neighbours."""
-        return [torch.zeros_like(h).index_add_(0, target, h[source]) for source, target in self.typed]
+        """Per edge type (homo, hetero, unknown), the sum of ``h`` over each node's in-neighbours
+        (divided by the self-looped in-degree when ``normalised``)."""
+        sums = [torch.zeros_like(h).index_add_(0, target, h[source]) for source, target in self.typed]
+        return [total * self.inverse_degree.to(h.dtype) for total in sums] if self.normalised else sums
 
 
 def _xavier(*shape: int) -> nn.Parameter:
@@ -139,8 +149,9 @@ class ACMGCN(GraphModel):
     tasks = ("node-classification",)
 
     def __init__(self, in_dim: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
-                 dropout: float = 0.5) -> None:
+                 dropout: float = 0.5, typed_aggregation: Literal["sum", "normalised"] = "sum") -> None:
         super().__init__()
+        self.normalised = typed_aggregation == "normalised"
         dims = layer_dims(in_dim, num_classes, hidden, num_layers)
         self.representation_dim = dims[-1][0]
         self.layers = nn.ModuleList(ACMLayer(a, b) for a, b in dims)
@@ -159,7 +170,7 @@ class ACMGCN(GraphModel):
         def build() -> TypedGraph:
             typed = self._types is not None and self._types[0] is edge_index
             return TypedGraph(edge_index, self._types[1] if typed else torch.full_like(edge_index[0], UNKNOWN),
-                              num_nodes)
+                              num_nodes, self.normalised)
         return self._graph.get(edge_index, num_nodes, build)
 
     def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:

@@ -72,6 +72,22 @@ def test_a_layer_equals_its_dense_recomputation():
     assert all(float(channel.detach().abs().sum()) > 0 for channel in channels)
 
 
+def test_normalised_typed_sums_divide_by_the_degree_and_add_up_to_the_low_pass_neighbour_part():
+    torch.manual_seed(0)
+    edge_index, y, known = small_graph()
+    types = label_edge_types(edge_index, y, known)
+    h = torch.randn(6, 3)
+    summed = TypedGraph(edge_index, types, 6).typed_sums(h)
+    graph = TypedGraph(edge_index, types, 6, normalised=True)
+    normalised = graph.typed_sums(h)
+    in_degree = 1 + torch.bincount(edge_index[1], minlength=6).float().unsqueeze(1)      # self-looped
+    for total, mean in zip(summed, normalised):
+        torch.testing.assert_close(mean, total / in_degree)
+    torch.testing.assert_close(sum(normalised) + h / in_degree, graph.low_pass(h))
+    model = build_model("acm_gcn", 4, NUM_CLASSES, hidden=5, typed_aggregation="normalised")
+    assert model.typed_graph(edge_index, 6).normalised
+
+
 def test_edge_types_stay_with_their_tensor_and_other_graphs_are_all_unknown():
     torch.manual_seed(1)
     edge_index, y, known = small_graph()

@@ -31,3 +31,10 @@ def test_twitch_tables_from_the_ledger_equal_those_from_the_run_folders(shared_d
     assert fedia_common.gains(ran) == fedia_common.gains(recomposed)
     assert len(args.ledger.read_text().splitlines()) == 2   # nothing recorded twice
     assert set(recomposed[0][1][0]) == {*fedia_common.TABLE_FIELDS, "best_validation"}
+
+
+def test_a_base_method_names_its_backbone_and_one_backbone_option():
+    assert fedia_common.method_values("fggp") == {"algorithm": "fggp"}
+    assert fedia_common.method_values("fedavg@sage") == {"algorithm": "fedavg", "model": "sage"}
+    assert fedia_common.method_values(fedia_common.FEDSPA_NORMALISED) == {
+        "algorithm": "fedspa", "model": "acm_gcn", "model_options": {"typed_aggregation": "normalised"}}
