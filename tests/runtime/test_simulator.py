@@ -60,7 +60,7 @@ def test_a_warm_run_skips_the_start_up_and_its_parts_add_up_to_the_time_to_round
     assert list(startup["phases"]) == list(PHASES)
     measured = ended[0] - launched
     assert startup["total"] == pytest.approx(sum(startup["phases"].values()))
-    assert startup["total"] == pytest.approx(measured, rel=0.05)
+    assert startup["total"] == pytest.approx(measured, rel=0.05, abs=0.05)     # the rows are written in between
     assert startup["phases"]["workers"] < 0.5 and startup["phases"]["ray"] < 0.5       # nothing started again
     rows = warm.metrics
     parts = rows[rows.split == "startup"].set_index("metric")["value"]
