@@ -89,6 +89,11 @@ class Algorithm:
         return usual if cls.models is None or usual in cls.models else cls.models[0]
 
     @classmethod
+    def never_split_advice(cls, options: dict) -> str:
+        """What a clustered run that never split should check (logged at its end)."""
+        return "its split criteria may not fit this data"
+
+    @classmethod
     def check_task(cls, options: dict, task: str) -> None:
         """Raises ``ValueError`` for options the task cannot honour (run before Ray starts)."""
 

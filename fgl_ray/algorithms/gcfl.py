@@ -132,6 +132,13 @@ class GCFL(Algorithm):
             "shift", description="min-cut weights: cosine minus its smallest off-diagonal value, or cosine + 1 "
                                  "(the authors' code)")
 
+    @classmethod
+    def never_split_advice(cls, options: dict) -> str:
+        """The run's warm-up, and the options that set the split criteria."""
+        return (f"no split is tested before round {cls.Options(**options).warmup_rounds} (warmup_rounds); after "
+                "it, the split criteria may not fit this data: set them with --algorithm-options (eps1/eps2, or "
+                "criteria: relative with rel_mean/rel_max; tune_configs/gcfl_eps.yaml is a grid over eps1/eps2)")
+
     def defaults(self) -> tuple[float, float, int]:
         """The dataset's ``(eps1, eps2, seq_length)``."""
         return DATASET_CRITERIA.get(self.config.dataset, FALLBACK_CRITERIA)

@@ -28,8 +28,9 @@ authors' ``att_vec_*_fr`` and ``att_vec_*_be``, the tensors FedSPA's server weig
 information (:data:`ATTENTION_GROUPS`). The input is dropped out before the first layer (a sparse
 CSR input, multi-hot features under ``sparse_features``, stays sparse: its stored entries are
 dropped, dense dropout's distribution with another random stream, so ``sparse_features: off``
-repeats a run recorded before 2026-12-07 exactly); hidden layers end in ReLU and dropout; the last layer's output is the logits (the authors return their
-log-softmax, which the task's cross-entropy applies).
+repeats a run recorded before 2026-12-07 exactly); hidden layers end in ReLU and dropout; the last
+layer's output is the logits (the authors return their log-softmax, which the task's
+cross-entropy applies).
 
 Departures from the authors' code: their unknown high-pass score mixes ``H_unk a_het_high`` with
 ``H_het a_hom_high`` (the hetero channel, by all appearances a slip); here ``H_unk`` in both terms,

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from fgl_ray.algorithms import ALGORITHMS
 from fgl_ray.config import ConfigError, ExperimentConfig
 from fgl_ray.data import build_federated_data
 from fgl_ray.data.longtail import training_class_counts
@@ -335,11 +336,9 @@ class FederationRun:
         if changes:
             summary["clustering"] = clustering_summary(changes)
             if not summary["clustering"]["split"]:
+                advice = ALGORITHMS.get(config.algorithm).never_split_advice(config.algorithm_options)
                 logger.warning("%s never split its clients into clusters: it ran as one federation (FedAvg with "
-                               "its aggregator). No split is tested before warmup_rounds (20 unless set); after "
-                               "it, the split criteria may not fit this data: set them with --algorithm-options "
-                               "(eps1/eps2, or criteria: relative with rel_mean/rel_max; "
-                               "tune_configs/gcfl_eps.yaml is a grid over eps1/eps2)", self.run_id)
+                               "its aggregator); %s", self.run_id, advice)
         write_summary(run_dir, summary)
         plot_learning_curves(metrics, run_dir / "learning_curves.png", metric=self.task.headline)
         data = self.data

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from fgl_ray.algorithms import ALGORITHMS
 from fgl_ray.algorithms.gcfl import (DATASET_CRITERIA, FALLBACK_CRITERIA, GRADIENT_NORM, dtw_distances,
                                      min_cut_bipartition, similarity_weights, update_norms)
 from fgl_ray.config import load_config
@@ -199,6 +200,8 @@ def test_a_run_says_whether_and_when_it_split(tmp_path, tiny_graph_data_6, caplo
     assert bool(clustering["split_rounds"]) is splits and all(1 <= r < 4 for r in clustering["split_rounds"])
     assert (clustering["final_clusters"] > 1) is splits
     assert ("never split" in caplog.text) is ("--algorithm-options" in caplog.text) is not splits
+    warmup = ALGORITHMS.get("gcfl").Options(**options).warmup_rounds
+    assert (f"no split is tested before round {warmup} " in caplog.text) is not splits
 
 
 @pytest.fixture(scope="module")
