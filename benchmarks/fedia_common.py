@@ -137,6 +137,7 @@ def resolved_options(config: ExperimentConfig) -> dict:
     kept beside a ledger's experiment, so that a later change of a default makes it another one."""
     from fgl_ray.aggregators import AGGREGATORS
     from fgl_ray.algorithms import ALGORITHMS
+    from fgl_ray.algorithms.base import backbone_options
     from fgl_ray.models import MODELS
     from fgl_ray.models.base import model_options
 
@@ -146,7 +147,7 @@ def resolved_options(config: ExperimentConfig) -> dict:
     return as_json({
         "algorithm": ALGORITHMS.get(config.algorithm).Options(**config.algorithm_options).model_dump(),
         "aggregator": AGGREGATORS.get(config.aggregator).Options(**config.aggregator_options).model_dump(),
-        "model": {key: value for key, value in (model | dict(config.model_options)).items()
+        "model": {key: value for key, value in (model | backbone_options(config)).items()
                   if key not in DATA_MODEL_OPTIONS}})
 
 

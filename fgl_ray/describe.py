@@ -34,6 +34,9 @@ def _one(kind: str, name: str, cls: type, flag: str) -> str:
              f"  {_first_paragraph(inspect.getdoc(cls))}"]
     if getattr(cls, "tasks", None):
         lines.append(f"  tasks: {', '.join(cls.tasks)}")
+    for model, options in getattr(cls, "model_defaults", {}).items():
+        settings = ", ".join(f"{key}: {value!r}" for key, value in options.items())
+        lines.append(f"  on {model} it sets {settings} (unless --model-options says otherwise)")
     options = _options(cls) if kind != "model" else _model_options(name, cls)
     if options:
         lines.append(f"  options ({flag} \"{{name: value, ...}}\"):")

@@ -29,7 +29,12 @@ again, the MSE between logits and probabilities, the rescaling's negative branch
 the PReLU slope shared by an MLP and its message passing. Departures: the extractor is the final
 aggregate (the paper's; the authors' code takes the best-validation round, which would need
 validation scores at the server); stage 2 runs as rounds, so its epochs count in the run's time
-and its model is evaluated like any other. The stage-2 matrices are dense in a client's nodes.
+and its model is evaluated like any other. The stage lengths are the run's: by default half its
+rounds federated and ``local_epochs`` stage-2 steps in each later round (the authors run 100
+rounds of 3 epochs, then 200 stage-2 epochs: ``rounds: 167, local_epochs: 3, federated_rounds:
+100`` comes closest; OpenFGL federates 50 rounds of one step). So are the backbone and optimiser
+(theirs: ChebNet, hidden 64, Adam at 0.01). FedAvg weights clients by training nodes (theirs by
+all nodes). The stage-2 matrices are dense in a client's nodes.
 """
 
 from __future__ import annotations

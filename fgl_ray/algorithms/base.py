@@ -73,6 +73,8 @@ class Algorithm:
     whole_graph: ClassVar[str | None] = None
     #: Keeps several server models (one per cluster of clients).
     clustered: ClassVar[bool] = False
+    #: Backbone options its reading needs, per backbone (a config's own ``model_options`` win).
+    model_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
 
     #: Clients keep their own model between rounds instead of loading the server's (an
     #: algorithm whose options decide it sets the attribute per instance).
@@ -186,3 +188,13 @@ def build_algorithm(name: str, options: dict, config: "ExperimentConfig") -> Alg
     """Builds the registered algorithm ``name`` with validated ``options``."""
     cls = ALGORITHMS.get(name)
     return cls(cls.Options(**options), config)
+
+
+def backbone_options(config: "ExperimentConfig", dictated: dict | None = None) -> dict:
+    """The backbone options a run of ``config`` takes: those its data ``dictated`` that the backbone
+    accepts, then its algorithm's :attr:`Algorithm.model_defaults` for that backbone, then the config's own."""
+    from fgl_ray.models.base import model_options
+
+    accepted = model_options(config.model)
+    from_data = {k: v for k, v in (dictated or {}).items() if k in accepted}
+    return from_data | ALGORITHMS.get(config.algorithm).model_defaults.get(config.model, {}) | dict(config.model_options)

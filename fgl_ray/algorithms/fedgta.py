@@ -23,10 +23,14 @@ keeps its last model; before its first round it takes the global one.
 With another aggregator (``--aggregator fedia``) each client's average goes through it: the
 accepted models enter as updates from the client's own model, ``(W_i - W_j) / lr``, with the
 confidences as their weights (the ``mean`` aggregator then gives the average above exactly; FedIA
-replaces the confidences by its own weights and masks the step).
+replaces the confidences by its own weights and masks the step; its per-client weight record is
+that of the last personalised group the client joined).
 
 Taken from the authors' code (``xkLi-Allen/FedGTA``) where the paper leaves it open: the recurrence
-above (the training rows get ``Y0`` added after each step), temperature 20 and the defaults; the
+above (the training rows get ``Y0`` added after each step), 5 steps, ``lp_alpha`` 0.5 and temperature
+20. The moment defaults (10 hybrid moments, ``accept_alpha`` 0.5) are OpenFGL's: the authors' code
+defaults to 13 raw moments and 0.65 and tunes them per dataset (Cora hybrid/6/0.5, CiteSeer
+hybrid/20/0.6, PubMed raw/13/0.65). The
 authors' nodes outside every split keep their true one-hot label in ``Y0``, here they get the
 model's prediction like any unlabelled node. OpenFGL's port propagates only the training nodes'
 predictions, without self-loops. The authors pair FedGTA with a GAMLP backbone; here it runs on

@@ -56,7 +56,9 @@ walk steps). Departures and choices:
 * the L1 on logits is the authors' code (their unused ``student_loss`` helper also offers KL);
 * the diversity term enters once per teacher (``K`` times), as in the authors' code;
 * the generated graph carries no self loops: each backbone adds its own (the authors' graph has
-  two per node for a GCN that adds a third);
+  them, which PyG's GCN replaces by one per node: the same graph);
+* FedAvg weights clients by training nodes (the authors' code by all nodes: the same weights
+  where every client labels the same share);
 * ``mode: representation`` is the authors' ``rep_distill``: the generator makes representations
   of the backbone's ``representation_dim`` and the models run only their classifier layer;
 * the authors' GCN applies dropout in eval mode too; here eval mode means no dropout.
@@ -130,7 +132,7 @@ def walk_ids(edge_index: Tensor, num_nodes: int, steps: int) -> Tensor:
         for _ in range(length - 1):
             other = torch.randint(0, max(num_nodes - 1, 1), (num_nodes,))
             other = other + (other >= current).long()
-            current = torch.where(torch.rand(num_nodes) < stay, current, other)
+            current = torch.where(torch.rand(num_nodes) < stay[current], current, other)   # the walker's node
             columns.append(current)
     return torch.stack(columns, dim=1).float()
 

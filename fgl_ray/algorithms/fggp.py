@@ -41,6 +41,19 @@ layer (their code resets it to its initial weights each round); the edge generat
 client (their code averages it with the model, of which it is a part there; here the backbone is
 any registered model, and the generator's first layer is as wide as the features). The authors' optimiser settings
 (SGD, lr 0.003, momentum 0.9, 6 local epochs, hidden 128) are the run's, not this algorithm's.
+Their PMLP-GCN propagates in training as well (a GCN with batch norm), so FGGP sets
+``propagate_in_training: true`` on ``pmlp_gcn`` (:attr:`model_defaults`): with the paper's PMLP,
+which trains as an MLP, ``G2`` would not change the representations and the bank (prototypes of the
+training phase) would be queried in another space (evaluation propagates); ``--model-options
+"{propagate_in_training: false}"`` still gives that. Smaller departures: ``knn`` 30 and
+``bank_size`` 10 are their command-line defaults (their runs set 20 on citation graphs, 40 and a
+queue of 20 on Twitch, 100 on arxiv; with two classes and a bank of 10 the vote of 30 covers the
+whole bank, as 40 covers their 40 slots); ``knn_frequency`` 10 is their citation and Twitch setting
+(default 20, arxiv 50); the kNN graph and the uploaded prototypes are computed with dropout off
+(theirs on, and their prototypes take the labels from before the last step); the classifier of
+``G2`` runs on the sampled edges (theirs on the unsampled joined graph); ``L_global`` is InfoNCE
+alone (their FPL adds an MSE to the class mean; their FGGP leaves the loss empty); the model
+average weights clients by training nodes (theirs by all nodes).
 OpenFGL's port predicts with the classifier and never uses the clusters. The edge generator is
 dense in the client's node count (``augmentor: false`` uses the joined graph as ``G2`` and drops
 ``L_rec``).
@@ -175,6 +188,10 @@ class FGGP(Algorithm):
     tasks = ("node-classification",)
     whole_graph = "generates edges and prototypes over the client's whole graph"
     models = NODE_BACKBONES
+    #: The authors' PMLP-GCN propagates in training too (a GCN with batch norm): without it the
+    #: second view would not change the representations, and the bank would hold MLP prototypes
+    #: that the propagating evaluation queries.
+    model_defaults = {"pmlp_gcn": {"propagate_in_training": True}}
 
     class Options(Algorithm.Options):
         neighbours: int = Field(3, ge=1, description="k of the global-knowledge kNN graph")

@@ -8,6 +8,7 @@ import time
 import torch
 
 from fgl_ray.algorithms import ClientContext, build_algorithm
+from fgl_ray.algorithms.base import backbone_options
 from fgl_ray.config import ExperimentConfig
 from fgl_ray.data.types import ClientGraph
 from fgl_ray.messages import Broadcast, ClientEvaluation, ClientUpdate
@@ -27,9 +28,9 @@ class SimulatedClientFailure(RuntimeError):
 
 
 def build_config_model(config: ExperimentConfig, num_features: int, num_classes: int) -> torch.nn.Module:
-    """The backbone the config names, with its options."""
+    """The backbone the config names, with its options and those its algorithm sets for it."""
     return build_model(config.model, num_features, num_classes, config.hidden, config.num_layers, config.dropout,
-                       **config.model_options)
+                       **backbone_options(config))
 
 
 def build_optimizer(config: ExperimentConfig, model: torch.nn.Module) -> torch.optim.Optimizer:

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fgl_ray.algorithms import ALGORITHMS
+from fgl_ray.algorithms.base import backbone_options
 from fgl_ray.config import ConfigError, ExperimentConfig
 from fgl_ray.data import build_federated_data
 from fgl_ray.data.longtail import training_class_counts
@@ -24,7 +25,6 @@ from fgl_ray.data.types import FederatedGraphData
 from fgl_ray.errors import as_folder_name
 from fgl_ray.interrupts import StopRequest, interrupts_deferred
 from fgl_ray.metrics import class_frequency_order
-from fgl_ray.models.base import model_options
 from fgl_ray.results import (ALL_DOMAINS, SERVER_ID, MetricsWriter, per_class_accuracy, plot_class_accuracy,
                              plot_learning_curves, plot_update_diagnostics, read_metrics, record_resume, summarize,
                              write_manifest, write_summary)
@@ -137,12 +137,10 @@ def check_memory(config: ExperimentConfig, data: FederatedGraphData) -> None:
 
 def configured_for(config: ExperimentConfig, data: FederatedGraphData) -> ExperimentConfig:
     """``config`` with the model options the data dictates (a multimodal graph's modality widths)
-    that its backbone accepts; options the config sets itself win."""
-    accepted = model_options(config.model)
-    dictated = {k: v for k, v in (data.meta.get("model_options") or {}).items() if k in accepted}
-    if all(config.model_options.get(k) == v for k, v in dictated.items()):
-        return config
-    return config.with_overrides(model_options=dictated | config.model_options)
+    that its backbone accepts, and those its algorithm sets for that backbone
+    (``Algorithm.model_defaults``); options the config sets itself win."""
+    options = backbone_options(config, data.meta.get("model_options"))
+    return config if options == config.model_options else config.with_overrides(model_options=options)
 
 
 def open_backend(config: ExperimentConfig, data: FederatedGraphData, lender=None, plan=None,

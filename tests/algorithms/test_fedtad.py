@@ -66,6 +66,16 @@ def test_the_authors_walk_ids_start_at_the_node_and_ignore_the_edges():
     assert jumped > 0.5
 
 
+def test_a_walk_stays_with_the_probability_of_the_node_it_is_at():
+    # two nodes: node 1 has 999 out-edges, so it stays half the time; node 0 (no edges) stays with e / (e + 1)
+    edges = _edges([[1, 0]] * 999, both=False)
+    stay = [math.e / (math.e + 1), math.exp(1 / 1000) / (math.exp(1 / 1000) + 1)]
+    torch.manual_seed(0)
+    at_zero = sum(float(walk_ids(edges, 2, 3)[1, 5] == 0) for _ in range(3000)) / 3000   # node 1's walk, step 2
+    expected = (1 - stay[1]) * stay[0] + stay[1] * (1 - stay[1])
+    assert abs(at_zero - expected) < 0.04 and abs(at_zero - 0.5) > 0.07    # 0.5: staying with the start's probability
+
+
 def test_node_reliability_is_the_authors_neighbour_loop():
     torch.manual_seed(1)
     h = torch.randn(7, 5)

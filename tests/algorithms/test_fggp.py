@@ -124,3 +124,27 @@ def test_a_client_too_large_for_the_dense_edge_generator_is_refused_by_name(make
     with pytest.raises(ValueError, match="augmentor: false"):
         make_context(make_config("fggp"), ring_graph(0, n=24))
     make_context(make_config("fggp", algorithm_options={"augmentor": False}), ring_graph(0, n=24))
+
+
+def test_fggp_propagates_pmlp_gcn_in_training_as_the_authors_backbone_does(make_config, make_context, ring_graph):
+    _, ctx = make_context(make_config("fggp", model="pmlp_gcn", dropout=0.0))
+    assert ctx.model.propagate_in_training
+    ring, other = ring_graph(0).data, ring_graph(0).data.clone()
+    other.edge_index = torch.stack([torch.arange(24), torch.arange(24).roll(5)])
+    ctx.model.train()
+    # the second view reaches the training representations (an MLP's would be the same on both graphs)
+    assert not torch.allclose(ctx.task.encode(ctx.model, ring), ctx.task.encode(ctx.model, other))
+    _, own = make_context(make_config("fggp", model="pmlp_gcn", model_options={"propagate_in_training": False}))
+    _, fedavg = make_context(make_config("fedavg", model="pmlp_gcn"))
+    assert not own.model.propagate_in_training and not fedavg.model.propagate_in_training
+
+
+def test_the_algorithms_backbone_options_sit_between_the_datas_and_the_configs(make_config):
+    from fgl_ray.algorithms.base import backbone_options
+    from fgl_ray.describe import describe
+
+    dictated = {"propagate_in_training": False, "modality_dims": [3, 3]}     # the second is not pmlp_gcn's
+    assert backbone_options(make_config("fggp", model="pmlp_gcn"), dictated) == {"propagate_in_training": True}
+    assert backbone_options(make_config("fedavg", model="pmlp_gcn"), dictated) == {"propagate_in_training": False}
+    assert backbone_options(make_config("fggp", model="gcn")) == {}
+    assert "on pmlp_gcn it sets propagate_in_training: True" in describe("fggp")
