@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+import yaml
 
 from fgl_ray.algorithms import ALGORITHMS
 from fgl_ray.config import ExperimentConfig, load_config
@@ -250,14 +251,14 @@ def run_name(preset: str, algorithm: str, aggregator: str, seed: int, args) -> s
 def method_values(method: str) -> dict:
     """Config values of a base method ``algorithm[@model][:option=value]``: ``@model`` names the
     backbone (an algorithm built on another backbone than the preset's PMLP-GCN, FedSage+ or FedSPA,
-    takes its own), ``:option=value`` sets one of the backbone's options."""
+    takes its own), ``:option=value`` sets one of the backbone's options (``value`` read as YAML)."""
     method, _, option = method.partition(":")
     algorithm, _, model = method.partition("@")
     model = model or ALGORITHMS.get(algorithm).backbone_for("pmlp_gcn")
     values = {"algorithm": algorithm} | ({"model": model} if model != "pmlp_gcn" else {})
     if option:
         key, _, value = option.partition("=")
-        values["model_options"] = {key: value}
+        values["model_options"] = {key: yaml.safe_load(value)}
     return values
 
 

@@ -38,3 +38,5 @@ def test_a_base_method_names_its_backbone_and_one_backbone_option():
     assert fedia_common.method_values("fedavg@sage") == {"algorithm": "fedavg", "model": "sage"}
     assert fedia_common.method_values(fedia_common.FEDSPA_NORMALISED) == {
         "algorithm": "fedspa", "model": "acm_gcn", "model_options": {"typed_aggregation": "normalised"}}
+    assert fedia_common.method_values("fedavg@pmlp_gcn:propagate_in_training=true")["model_options"] == {
+        "propagate_in_training": True}
