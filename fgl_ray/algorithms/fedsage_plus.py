@@ -30,16 +30,23 @@ move ``K * |fGen|`` floats per client and round (15 million parameters per fGen 
 
 Taken from the authors' code where the paper leaves it open: the generator's layers, the
 count regression target (the full number of hidden neighbours), the mending of the impaired
-graph's nodes only, the loss weights 1 and NeighGen's Adam (``gen_lr`` 1e-3, ``gen_weight_decay``
-1e-4); ``gen_rounds`` 10 and ``latent`` 128 are OpenFGL's. Departures: the matched loss takes the
-nearest hidden neighbour (the references' loop compares against a fixed one first), the bank
+graph's nodes only, the loss weights 1, ``latent`` 128 and NeighGen's Adam (``gen_lr`` 1e-3,
+``gen_weight_decay`` 1e-4); ``gen_rounds`` 10 is OpenFGL's. Departures: the matched loss takes the
+nearest hidden neighbour (the references' greedy loop accepts almost every candidate, since it
+compares a per-feature distance with a sum over features, and so pulls each slot towards about the
+last of the node's hidden neighbours), the bank
 distance is to the nearest bank entry (the paper's ``min`` over the other client's nodes; the
 references pair each node with one random node of the other client), mended edges go both ways
 (OpenFGL's go one way, so its generated nodes never reach the node they mend), the encoder is
 GraphSAGE (OpenFGL's; the authors' is a GCN), the classifier is averaged every round of stage 1 too
 and keeps training into stage 2 (OpenFGL averages it once, at stage 1's end; the authors' stage-1
-classifier stays local and stage 2 starts a fresh one), missing neighbours are counted once per
-distinct edge, and the loss is not divided by the number of clients. NeighGen stays in the client's
+classifier stays local and stage 2 starts a fresh one), and the loss is not divided by the number
+of clients. The authors first train each whole LocSage+ locally (20 epochs), then train only fGen
+federatedly with the encoder, dGen and classifier frozen; here NeighGen and the classifier train
+together from the first round (as in OpenFGL). NeighGen's encoder is as wide as the run's
+``hidden`` (theirs 32). The model average weights clients by training nodes (both references
+average uniformly). The authors test the stage-2 classifier on the whole original graph; here,
+as in OpenFGL, each client is evaluated on its own mended graph. NeighGen stays in the client's
 state (one per client, never averaged) and is dropped, with its optimizer, once the mended graph
 exists; a client that sat out stage 1 mends with an untrained one (as in OpenFGL). ``gen_rounds``
 is capped at half the run so that the mended graph is used. The mended graph serves predictions from
@@ -126,10 +133,11 @@ def matched_feature_loss(generated: Tensor, slots: Tensor, targets: Tensor, miss
     return nearest.sum() / max(1, generated.shape[0] * num_pred)
 
 
-def bank_loss(generated: Tensor, slots: Tensor, bank: Tensor) -> Tensor:
+def bank_loss(generated: Tensor, slots: Tensor, missing: Tensor, bank: Tensor) -> Tensor:
     """Each used slot's distance to the nearest row of another client's ``bank [m, F]``, summed
-    and divided by ``N * num_pred``."""
-    rows = generated[slots]
+    and divided by ``N * num_pred``; nodes without hidden neighbours add nothing (as in
+    :func:`matched_feature_loss`)."""
+    rows = generated[slots & (missing > 0).unsqueeze(1)]
     if rows.numel() == 0 or bank.numel() == 0:
         return generated.sum() * 0.0
     return squared_distances(rows, bank).min(dim=1).values.sum() / (generated.shape[0] * generated.shape[1])
@@ -275,7 +283,7 @@ class FedSagePlus(Algorithm):
             terms = {"degree": F.smooth_l1_loss(counts[train], state["missing"].to(counts.dtype)),
                      "feature": matched_feature_loss(*own, state["targets"], state["missing"]),
                      "classification": F.cross_entropy(logits[train], y[train]),
-                     "cross": sum((bank_loss(*own, bank) for bank in banks), x.new_zeros(()))}
+                     "cross": sum((bank_loss(*own, state["missing"], bank) for bank in banks), x.new_zeros(()))}
             loss = (options.degree_weight * terms["degree"] + options.feature_weight * terms["feature"]
                     + options.classification_weight * terms["classification"] + options.cross_weight * terms["cross"])
             loss.backward()
@@ -284,11 +292,12 @@ class FedSagePlus(Algorithm):
         return {"loss": float(loss.detach())} | {f"{name}_loss": float(value.detach()) for name, value in terms.items()}
 
     def other_banks(self, ctx: ClientContext) -> list[Tensor]:
-        """The neighbour banks of the other clients in the broadcast."""
+        """The neighbour banks of the other clients in the broadcast, on the client's device."""
         if "banks" not in ctx.server_stats:
             return []
         owners = ctx.server_stats["bank_owners"].tolist()
-        return [bank for owner, bank in zip(owners, ctx.server_stats["banks"]) if owner != ctx.client_id]
+        return [bank.to(ctx.device) for owner, bank in zip(owners, ctx.server_stats["banks"])
+                if owner != ctx.client_id]
 
     @torch.no_grad()
     def mended_graph(self, ctx: ClientContext) -> tuple[Tensor, Tensor]:

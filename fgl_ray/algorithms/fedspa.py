@@ -43,6 +43,7 @@ training mode; here the client computes it on its training nodes in evaluation m
 afresh per client; their weights are computed once over all clients and indexed by position in the
 round, which breaks under partial participation; here over the round's participants. Their
 normalisation of the differences to sum 1 before the min-max changes nothing and is left out.
+Their ACM-GCN drops at 0.1; here the run's ``dropout`` (0.5 by default) applies: set it to 0.1 for theirs.
 """
 
 from __future__ import annotations

@@ -28,6 +28,16 @@ augmentation rates, teacher on the weak view; ``lam = 1.5`` is the weight the la
 its node contrast. The paper's ``mu`` and the neighbour-softmax temperature could not be read here;
 ``mu = 1`` and ``omega = 1`` (the code's softmax has no temperature) are this project's choices.
 With ``lam = mu = 0`` no view is drawn and a step is FedAvg's.
+
+The authors' backbones (GCN, GAT) pass messages in training, and both terms rely on it (the views
+drop edges; FGSD compares neighbourhoods): FGSSL therefore sets ``propagate_in_training: true`` on
+``pmlp_gcn`` (:attr:`model_defaults`), whose paper setting trains as an MLP. Smaller departures from
+the code: its contrast (GCL's ``DualBranchContrast``) averages both directions, student-anchored and
+teacher-anchored, and weighs the average 3, so each direction 1.5; here the student-anchored one
+alone has weight 1.5. Its contrast takes the first convolution's output before batch norm and
+dropout; here the task's representation (the last hidden layer, after them). Its distillation
+weight is 50 (``mu``, never applied) and its KL is a mean over each neighbourhood, summed over ten
+nodes; here a sum over the neighbourhood, averaged over every node, with ``mu = 1``.
 """
 
 from __future__ import annotations
@@ -101,6 +111,8 @@ class FGSSL(Algorithm):
     tasks = ("node-classification",)
     whole_graph = "distils node and structure knowledge over augmented views of the client's whole graph"
     models = NODE_BACKBONES
+    #: The authors' backbones propagate in training (see the module docstring).
+    model_defaults = {"pmlp_gcn": {"propagate_in_training": True}}
 
     class Options(Algorithm.Options):
         lam: float = Field(1.5, ge=0.0, description="weight of the node-level semantic calibration (FNSC)")

@@ -75,13 +75,14 @@ def test_bank_loss_is_the_distance_to_the_nearest_bank_row_and_reaches_only_the_
     generated = torch.randn(4, 2, 3, requires_grad=True)
     bank = torch.randn(7, 3)
     slots = torch.tensor([[True, True], [True, False], [False, False], [True, True]])
+    missing = torch.tensor([2, 1, 0, 0])          # node 3 lost no neighbour: its slots add nothing
     expected = sum(min(((generated[v, s] - b) ** 2).mean() for b in bank)
-                   for v in range(4) for s in range(2) if slots[v, s]) / 8
-    loss = bank_loss(generated, slots, bank)
+                   for v in range(3) for s in range(2) if slots[v, s]) / 8
+    loss = bank_loss(generated, slots, missing, bank)
     torch.testing.assert_close(loss, expected)
     loss.backward()
     assert generated.grad[2].abs().sum() == 0 and generated.grad[1, 1].abs().sum() == 0
-    assert generated.grad[0].abs().sum() > 0
+    assert generated.grad[3].abs().sum() == 0 and generated.grad[0].abs().sum() > 0
 
 
 def test_the_neighbour_bank_holds_neighbour_features_and_its_shape_ignores_the_node_count():
@@ -147,3 +148,11 @@ def test_a_client_hides_half_its_eligible_nodes_and_keeps_every_training_node(ma
     assert kept.numel() == data.num_nodes - eligible // 2
     assert bool(data.train_mask[kept].sum() == data.train_mask.sum())
     assert ctx.state["fedsage"]["targets"].shape == (int(data.train_mask.sum()), 5, NUM_FEATURES)
+
+
+def test_the_other_clients_banks_are_moved_to_the_clients_device(make_config, make_context):
+    algorithm, ctx = make_context(make_config("fedsage_plus", model="sage"))
+    ctx.server_stats = {"banks": torch.randn(3, 4, 6), "bank_owners": torch.tensor([0, 1, 2])}
+    ctx.device = torch.device("meta")           # not the broadcast's (CPU) device
+    banks = algorithm.other_banks(ctx)
+    assert len(banks) == 2 and all(bank.device.type == "meta" for bank in banks)

@@ -70,3 +70,16 @@ def test_both_terms_add_to_the_loss_and_reach_the_student_only(anchor_case):
     case.algorithm.local_train(case.ctx)
     assert torch.equal(trainable_vector(teacher), before)                   # the teacher stays the received model
     assert not torch.equal(trainable_vector(case.ctx.model), before)
+
+
+def test_fgssl_propagates_pmlp_gcn_in_training_so_its_edge_drops_reach_the_student(make_config, make_context,
+                                                                                  ring_graph):
+    from fgl_ray.algorithms.fgssl import augmented
+
+    _, ctx = make_context(make_config("fgssl", model="pmlp_gcn", dropout=0.0))
+    assert ctx.model.propagate_in_training
+    ctx.model.train()
+    batch = ring_graph(0).data
+    torch.manual_seed(0)
+    edges_only = augmented(batch, 0.8, 0.0)                  # drops edges, keeps every feature
+    assert not torch.allclose(ctx.task.encode(ctx.model, batch), ctx.task.encode(ctx.model, edges_only))
