@@ -61,7 +61,9 @@ walk steps). Departures and choices:
   where every client labels the same share);
 * ``mode: representation`` is the authors' ``rep_distill``: the generator makes representations
   of the backbone's ``representation_dim`` and the models run only their classifier layer;
-* the authors' GCN applies dropout in eval mode too; here eval mode means no dropout.
+* the authors' GCN applies dropout in eval mode too; here eval mode means no dropout;
+* on ``pmlp_gcn`` FedTAD sets ``propagate_in_training: true`` (the authors' GCN propagates in
+  training; an MLP-trained student would ignore the pseudo-graph it is distilled on).
 
 With DP noise (``noise_multiplier > 0``) the teachers are the participants' un-noised models, so the
 distilled global model does not keep the noised aggregate's guarantee: FedTAD and server-side DP do
@@ -251,6 +253,8 @@ class FedTAD(Algorithm):
     tasks = ("node-classification",)
     whole_graph = "scores class-wise knowledge reliability over the client's whole graph"
     models = NODE_BACKBONES
+    #: The authors' GCN propagates in training: the student's distillation runs over the pseudo-graph.
+    model_defaults = {"pmlp_gcn": {"propagate_in_training": True}}
 
     class Options(Algorithm.Options):
         distill_epochs: int = Field(5, ge=0, description="distillation epochs per round, each a generator and a "

@@ -1,6 +1,7 @@
 """What every graph-specific baseline (issue 31) must do beyond its own tests: run two rounds on both
 backends composed with the ``fedia`` aggregator (``mean`` is covered for every algorithm in
-``tests/runtime/test_federation.py``), and resume exactly (``tests/runtime/test_checkpoint.py``)."""
+``tests/runtime/test_federation.py``), resume exactly (``tests/runtime/test_checkpoint.py``), and
+on ``pmlp_gcn`` propagate in training where their authors' backbone does."""
 
 import pytest
 
@@ -22,3 +23,14 @@ def test_runs_two_rounds_with_the_fedia_aggregator(request, make_config, tiny_da
     tested = frame[(frame.split == "test") & (frame.metric == "accuracy")]
     assert sorted(tested["round"].unique()) == [0, 1] and tested.value.between(0, 1).all()
     assert frame[frame.split == "cluster"].empty             # personal server models are no clusters
+
+
+@pytest.mark.parametrize("algorithm", GRAPH_BASELINES)
+def test_pmlp_gcn_propagates_in_training_for_the_methods_whose_authors_trained_a_gnn(make_config, make_context,
+                                                                                      algorithm):
+    from fgl_ray.algorithms import ALGORITHMS
+
+    if "pmlp_gcn" not in (ALGORITHMS.get(algorithm).models or ("pmlp_gcn",)):
+        pytest.skip(f"{algorithm} does not run on pmlp_gcn")
+    _, ctx = make_context(make_config(algorithm, model="pmlp_gcn"))
+    assert ctx.model.propagate_in_training == (algorithm in {"fggp", "fgssl", "fedtad"})
