@@ -30,9 +30,8 @@ Taken from the authors' code (``xkLi-Allen/FedGTA``) where the paper leaves it o
 above (the training rows get ``Y0`` added after each step), 5 steps, ``lp_alpha`` 0.5 and temperature
 20. The moment defaults (10 hybrid moments, ``accept_alpha`` 0.5) are OpenFGL's: the authors' code
 defaults to 13 raw moments and 0.65 and tunes them per dataset (Cora hybrid/6/0.5, CiteSeer
-hybrid/20/0.6, PubMed raw/13/0.65). The
-authors' nodes outside every split keep their true one-hot label in ``Y0``, here they get the
-model's prediction like any unlabelled node. OpenFGL's port propagates only the training nodes'
+hybrid/20/0.6, PubMed raw/13/0.65). The authors' nodes outside every split keep their true
+one-hot label in ``Y0``, here they get the model's prediction like any unlabelled node. OpenFGL's port propagates only the training nodes'
 predictions, without self-loops. The authors pair FedGTA with a GAMLP backbone; here it runs on
 any node-classification backbone. ``weights: samples`` (training-node counts instead of
 confidences) is an ablation: with ``accept_alpha < 0`` every client accepts every other and the

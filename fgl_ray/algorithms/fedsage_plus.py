@@ -34,9 +34,9 @@ graph's nodes only, the loss weights 1, ``latent`` 128 and NeighGen's Adam (``ge
 ``gen_weight_decay`` 1e-4); ``gen_rounds`` 10 is OpenFGL's. Departures: the matched loss takes the
 nearest hidden neighbour (the references' greedy loop accepts almost every candidate, since it
 compares a per-feature distance with a sum over features, and so pulls each slot towards about the
-last of the node's hidden neighbours), the bank
-distance is to the nearest bank entry (the paper's ``min`` over the other client's nodes; the
-references pair each node with one random node of the other client), mended edges go both ways
+last of the node's hidden neighbours), the bank distance is to the nearest bank entry (the
+paper's ``min`` over the other client's nodes; the references pair each node with one random node
+of the other client), mended edges go both ways
 (OpenFGL's go one way, so its generated nodes never reach the node they mend), the encoder is
 GraphSAGE (OpenFGL's; the authors' is a GCN), the classifier is averaged every round of stage 1 too
 and keeps training into stage 2 (OpenFGL averages it once, at stage 1's end; the authors' stage-1
