@@ -33,6 +33,20 @@ def ray_session():
         ray.shutdown()
 
 
+@pytest.fixture(scope="class")
+def warm_workers(ray_session):
+    """Client workers that a test class's Ray runs borrow in turn, as a Simulator's runs do (a fresh
+    worker costs seconds of imports). They hold their CPUs while idle, so they end with the class,
+    before any other test starts workers of its own."""
+    from fgl_ray.runtime.ray_backend import OwnWorkers
+
+    pool = OwnWorkers()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Dataset caches and results go to temporary folders, never the user's home."""

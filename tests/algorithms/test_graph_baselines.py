@@ -11,18 +11,27 @@ from fgl_ray.runtime import run_experiment
 GRAPH_BASELINES = ("adafgl", "fedgta", "fedsage_plus", "fedspa", "fedtad", "fggp", "fgssl")
 
 
-@pytest.mark.parametrize("backend", ["local", "ray"])
-@pytest.mark.parametrize("algorithm", GRAPH_BASELINES)
-def test_runs_two_rounds_with_the_fedia_aggregator(request, make_config, tiny_data, algorithm, backend):
-    if backend == "ray":
-        request.getfixturevalue("ray_session")
+def _runs_two_rounds_with_the_fedia_aggregator(make_config, tiny_data, algorithm, backend, lender=None):
     result = run_experiment(make_config(algorithm, aggregator="fedia", backend=backend, rounds=2), tiny_data,
-                            progress=False)
+                            progress=False, lender=lender)
     frame = read_metrics(result.run_dir)
     assert (frame[frame.metric == "failed"]).empty
     tested = frame[(frame.split == "test") & (frame.metric == "accuracy")]
     assert sorted(tested["round"].unique()) == [0, 1] and tested.value.between(0, 1).all()
     assert frame[frame.split == "cluster"].empty             # personal server models are no clusters
+
+
+@pytest.mark.parametrize("algorithm", GRAPH_BASELINES)
+def test_runs_two_rounds_with_the_fedia_aggregator(make_config, tiny_data, algorithm):
+    _runs_two_rounds_with_the_fedia_aggregator(make_config, tiny_data, algorithm, "local")
+
+
+class TestOnRay:
+    """On one class's warm workers, as a Simulator's runs borrow them."""
+
+    @pytest.mark.parametrize("algorithm", GRAPH_BASELINES)
+    def test_runs_two_rounds_with_the_fedia_aggregator(self, make_config, tiny_data, warm_workers, algorithm):
+        _runs_two_rounds_with_the_fedia_aggregator(make_config, tiny_data, algorithm, "ray", lender=warm_workers)
 
 
 @pytest.mark.parametrize("algorithm", GRAPH_BASELINES)

@@ -42,8 +42,9 @@ def _one_pair_per_algorithm(pairs):
     return chosen
 
 
-#: The Ray backend runs each algorithm and each task once (an actor costs seconds to start); the
-#: in-process backend runs every pair, and the equality tests below tie the two backends together.
+#: The Ray backend runs each algorithm and each task once, on one class's warm workers (a fresh worker
+#: costs seconds); the in-process backend runs every pair, and the equality tests below, on fresh
+#: workers, tie the two backends together.
 RAY_PAIRS = _one_pair_per_algorithm(PAIRS)
 TASK_FIXTURES = {"node-classification": ("tiny_config", "tiny_data"),
                  "graph-classification": ("tiny_graph_config", "tiny_graph_data"),
@@ -53,17 +54,14 @@ TASK_FIXTURES = {"node-classification": ("tiny_config", "tiny_data"),
 MULTIMODAL_ONLY = {name for name in ALGORITHMS.names() if ALGORITHMS.get(name).models == ("mm_gnn",)}
 
 
-@pytest.mark.parametrize("algorithm, task, backend",
-                         [(*pair, "local") for pair in PAIRS] + [(*pair, "ray") for pair in RAY_PAIRS])
-def test_every_supported_algorithm_and_task_runs_two_rounds_with_three_clients(request, algorithm, task, backend):
-    _backend_fixture(request, backend)
+def _runs_two_rounds_with_three_clients(request, algorithm, task, backend, lender=None):
     fixtures = TASK_FIXTURES[task]
     if algorithm in MULTIMODAL_ONLY:
         fixtures = ("tiny_multimodal_config", "tiny_multimodal_data")
     make_config, data = (request.getfixturevalue(name) for name in fixtures)
     config = make_config(algorithm=algorithm, backend=backend, task=task)
     assert config.resolved_task() == task
-    result = run_experiment(config, data, progress=False)
+    result = run_experiment(config, data, progress=False, lender=lender)
     frame = read_metrics(result.run_dir)
     headline = TASKS.get(task).headline
     tested = frame[(frame.split == "test") & (frame.metric == headline)]
@@ -74,6 +72,20 @@ def test_every_supported_algorithm_and_task_runs_two_rounds_with_three_clients(r
     assert (frame[frame.metric == "failed"]).empty
     for name in ("manifest.json", "summary.json", "learning_curves.png"):
         assert (result.run_dir / name).stat().st_size > 0
+
+
+@pytest.mark.parametrize("algorithm, task", PAIRS)
+def test_every_supported_algorithm_and_task_runs_two_rounds_with_three_clients(request, algorithm, task):
+    _runs_two_rounds_with_three_clients(request, algorithm, task, "local")
+
+
+class TestOnRay:
+    """On one class's warm workers, as a Simulator's runs borrow them."""
+
+    @pytest.mark.parametrize("algorithm, task", RAY_PAIRS)
+    def test_every_algorithm_and_every_task_runs_two_rounds_with_three_clients(self, request, warm_workers,
+                                                                                algorithm, task):
+        _runs_two_rounds_with_three_clients(request, algorithm, task, "ray", lender=warm_workers)
 
 
 def test_the_ray_matrix_covers_every_algorithm_and_every_task():
