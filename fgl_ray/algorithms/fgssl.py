@@ -34,7 +34,8 @@ drop edges; FGSD compares neighbourhoods): FGSSL therefore sets ``propagate_in_t
 ``pmlp_gcn`` (:attr:`model_defaults`), whose paper setting trains as an MLP. Smaller departures from
 the code: its contrast (GCL's ``DualBranchContrast``) averages both directions, student-anchored and
 teacher-anchored, and weighs the average 3, so each direction 1.5; here the student-anchored one
-alone has weight 1.5. Its contrast takes the first convolution's output before batch norm and
+alone has weight 1.5 (``contrast: both`` adds the teacher-anchored direction, also at ``lam``, as
+the code weighs it). Its contrast takes the first convolution's output before batch norm and
 dropout; here the task's representation (the last hidden layer, after them). Its distillation
 weight is 50 (``mu``, never applied) and its KL is a mean over each neighbourhood, summed over ten
 nodes; here a sum over the neighbourhood, averaged over every node, with ``mu = 1``.
@@ -43,6 +44,7 @@ nodes; here a sum over the neighbourhood, averaged over every node, with ``mu = 
 from __future__ import annotations
 
 import copy
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -85,6 +87,14 @@ def supervised_contrast(anchors: Tensor, samples: Tensor, labels: Tensor, temper
     return -((positive * log_prob).sum(1) / positive.sum(1)).mean()
 
 
+def node_contrast(student: Tensor, teacher: Tensor, labels: Tensor, temperature: float, directions: str) -> Tensor:
+    """FNSC anchored on the student (``student``), or the sum of both anchorings (``both``)."""
+    loss = supervised_contrast(student, teacher, labels, temperature)
+    if directions == "both":
+        loss = loss + supervised_contrast(teacher, student, labels, temperature)
+    return loss
+
+
 def neighbourhood_distributions(q: Tensor, edge_index: Tensor, temperature: float) -> Tensor:
     """Per edge ``(u, v)`` of ``edge_index``: ``softmax`` over ``v``'s in-neighbours of ``cos(q_v, q_u) / temperature``."""
     source, target = edge_index
@@ -118,6 +128,9 @@ class FGSSL(Algorithm):
         lam: float = Field(1.5, ge=0.0, description="weight of the node-level semantic calibration (FNSC)")
         mu: float = Field(1.0, ge=0.0, description="weight of the graph-level structure distillation (FGSD)")
         tau: float = Field(0.1, gt=0.0, description="temperature of the FNSC contrast")
+        contrast: Literal["student", "both"] = Field(
+            "student", description="FNSC's anchors: the student's nodes (the paper), or also the teacher's, each "
+                                   "direction at lam (the authors' code)")
         omega: float = Field(1.0, gt=0.0, description="temperature of FGSD's softmax over a node's neighbours")
         weak: tuple[float, float] = Field((0.3, 0.3), description="teacher's view: (edge drop, feature mask) rates")
         strong: tuple[float, float] = Field((0.8, 0.5), description="student's view: (edge drop, feature mask) rates")
@@ -144,7 +157,7 @@ class FGSSL(Algorithm):
         z_student = task.encode(ctx.model, strong)
         logits_student = task.classify(ctx.model, z_student, strong)
         mask, y = task.labelled(batch)
-        fnsc = (supervised_contrast(z_student[mask], z_teacher[mask], y[mask], options.tau) if bool(mask.any())
-                else ce.new_zeros(()))
+        fnsc = (node_contrast(z_student[mask], z_teacher[mask], y[mask], options.tau, options.contrast)
+                if bool(mask.any()) else ce.new_zeros(()))
         fgsd = structure_distillation(logits_student, logits_teacher, batch.edge_index, options.omega)
         return ce + options.lam * fnsc + options.mu * fgsd

@@ -2,10 +2,11 @@
 
 import math
 
+import pytest
 import torch
 
-from fgl_ray.algorithms.fgssl import (PROBABILITY_TEMPERATURE, mask_feature_columns, structure_distillation,
-                                      supervised_contrast)
+from fgl_ray.algorithms.fgssl import (PROBABILITY_TEMPERATURE, mask_feature_columns, node_contrast,
+                                      structure_distillation, supervised_contrast)
 from fgl_ray.params import trainable_vector
 
 
@@ -34,6 +35,19 @@ def test_node_contrast_is_the_supervised_contrastive_loss_of_a_direct_loop():
     assert abs(float(supervised_contrast(anchors, samples, labels, tau)) - total / 6) < 1e-5
 
 
+def test_both_directions_add_the_teacher_anchored_contrast_whose_gradient_also_reaches_the_student():
+    torch.manual_seed(2)
+    student, teacher = torch.randn(8, 4, requires_grad=True), torch.randn(8, 4)
+    labels = torch.tensor([0, 1, 0, 2, 1, 0, 2, 2])
+    one = node_contrast(student, teacher, labels, 0.2, "student")
+    both = node_contrast(student, teacher, labels, 0.2, "both")
+    torch.testing.assert_close(both - one, supervised_contrast(teacher, student, labels, 0.2))
+    assert float(both - one) > 0
+    grad_one, = torch.autograd.grad(one, student)
+    grad_both, = torch.autograd.grad(both, student)
+    assert not torch.allclose(grad_one, grad_both)
+
+
 def test_structure_distillation_is_the_mean_kl_of_neighbourhood_softmaxes():
     torch.manual_seed(1)
     n = 5
@@ -58,8 +72,9 @@ def test_with_zero_weights_the_objective_is_cross_entropy(anchor_case):
     case.assert_vanishes(case.algorithm.objective(case.ctx, case.ctx.data, z, logits), logits)
 
 
-def test_both_terms_add_to_the_loss_and_reach_the_student_only(anchor_case):
-    case = anchor_case("fgssl")
+@pytest.mark.parametrize("contrast", ["student", "both"])
+def test_both_terms_add_to_the_loss_and_reach_the_student_only(anchor_case, contrast):
+    case = anchor_case("fgssl", algorithm_options={"contrast": contrast})
     teacher = case.ctx.state["fgssl_teacher"]
     before = trainable_vector(teacher).clone()
     z, logits = case.forward()
