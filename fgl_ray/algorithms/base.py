@@ -190,6 +190,11 @@ def build_algorithm(name: str, options: dict, config: "ExperimentConfig") -> Alg
     return cls(cls.Options(**options), config)
 
 
+#: :attr:`Algorithm.model_defaults` of the methods whose authors' backbones pass messages in
+#: training: ``pmlp_gcn``, which trains as an MLP in its paper, propagates for them.
+PMLP_PROPAGATES_IN_TRAINING: dict[str, dict[str, Any]] = {"pmlp_gcn": {"propagate_in_training": True}}
+
+
 def backbone_options(config: "ExperimentConfig", dictated: dict | None = None) -> dict:
     """The backbone options a run of ``config`` takes: those its data ``dictated`` that the backbone
     accepts, then its algorithm's :attr:`Algorithm.model_defaults` for that backbone, then the config's own."""

@@ -23,7 +23,8 @@ FedAvg (any aggregator) on the mended graph, which also serves its predictions.
 The neighbour bank is this port's fixed-size reading of the cross-subgraph exchange: during stage 1
 each client uploads the features of ``num_pred`` random neighbours of ``bank_nodes`` random nodes
 (``[bank_nodes * num_pred, F]``, whatever its node count) and the server broadcasts every client's
-latest bank until stage 1's last round (whose banks nobody would read); the first round has none. Both reference implementations (``zkhku/fedsage`` and OpenFGL's port) read such
+latest bank until stage 1's last round (whose banks nobody would read); the first round has none.
+Both reference implementations (``zkhku/fedsage`` and OpenFGL's port) read such
 samples straight from the other clients' graphs, so raw neighbour features do cross clients, as
 they do there; the paper's "gradients are shared" exchange of NeighGen weights and gradients would
 move ``K * |fGen|`` floats per client and round (15 million parameters per fGen on Cora).

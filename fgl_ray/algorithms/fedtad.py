@@ -81,7 +81,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 from torch_geometric.utils import add_self_loops, degree
 
-from fgl_ray.algorithms.base import ALGORITHMS, NODE_BACKBONES, Algorithm, ClientContext
+from fgl_ray.algorithms.base import ALGORITHMS, NODE_BACKBONES, PMLP_PROPAGATES_IN_TRAINING, Algorithm, ClientContext
 from fgl_ray.messages import GLOBAL, ClientUpdate, ModelState
 from fgl_ray.models.base import quiet_sparse_warnings
 from fgl_ray.params import (
@@ -254,7 +254,7 @@ class FedTAD(Algorithm):
     whole_graph = "scores class-wise knowledge reliability over the client's whole graph"
     models = NODE_BACKBONES
     #: The authors' GCN propagates in training: the student's distillation runs over the pseudo-graph.
-    model_defaults = {"pmlp_gcn": {"propagate_in_training": True}}
+    model_defaults = PMLP_PROPAGATES_IN_TRAINING
 
     class Options(Algorithm.Options):
         distill_epochs: int = Field(5, ge=0, description="distillation epochs per round, each a generator and a "

@@ -69,7 +69,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from fgl_ray.algorithms.base import ALGORITHMS, NODE_BACKBONES, Algorithm, ClientContext
+from fgl_ray.algorithms.base import ALGORITHMS, NODE_BACKBONES, PMLP_PROPAGATES_IN_TRAINING, Algorithm, ClientContext
 from fgl_ray.algorithms.finch import finch
 from fgl_ray.algorithms.prototypes import training_phase
 from fgl_ray.messages import Broadcast, ClientUpdate
@@ -191,7 +191,7 @@ class FGGP(Algorithm):
     #: The authors' PMLP-GCN propagates in training too (a GCN with batch norm): without it the
     #: second view would not change the representations, and the bank would hold MLP prototypes
     #: that the propagating evaluation queries.
-    model_defaults = {"pmlp_gcn": {"propagate_in_training": True}}
+    model_defaults = PMLP_PROPAGATES_IN_TRAINING
 
     class Options(Algorithm.Options):
         neighbours: int = Field(3, ge=1, description="k of the global-knowledge kNN graph")

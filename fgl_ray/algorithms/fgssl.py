@@ -52,7 +52,7 @@ from pydantic import Field
 from torch import Tensor
 from torch_geometric.utils import add_remaining_self_loops, dropout_edge, softmax
 
-from fgl_ray.algorithms.base import ALGORITHMS, NODE_BACKBONES, Algorithm, ClientContext
+from fgl_ray.algorithms.base import ALGORITHMS, NODE_BACKBONES, PMLP_PROPAGATES_IN_TRAINING, Algorithm, ClientContext
 from fgl_ray.algorithms.prototypes import training_phase
 from fgl_ray.messages import Broadcast
 from fgl_ray.models.base import quiet_sparse_warnings
@@ -122,7 +122,7 @@ class FGSSL(Algorithm):
     whole_graph = "distils node and structure knowledge over augmented views of the client's whole graph"
     models = NODE_BACKBONES
     #: The authors' backbones propagate in training (see the module docstring).
-    model_defaults = {"pmlp_gcn": {"propagate_in_training": True}}
+    model_defaults = PMLP_PROPAGATES_IN_TRAINING
 
     class Options(Algorithm.Options):
         lam: float = Field(1.5, ge=0.0, description="weight of the node-level semantic calibration (FNSC)")
