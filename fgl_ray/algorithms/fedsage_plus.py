@@ -43,8 +43,12 @@ GraphSAGE (OpenFGL's; the authors' is a GCN), the classifier is averaged every r
 and keeps training into stage 2 (OpenFGL averages it once, at stage 1's end; the authors' stage-1
 classifier stays local and stage 2 starts a fresh one), and the loss is not divided by the number
 of clients. The authors first train each whole LocSage+ locally (20 epochs), then train only fGen
-federatedly with the encoder, dGen and classifier frozen; here NeighGen and the classifier train
-together from the first round (as in OpenFGL). NeighGen's encoder is as wide as the run's
+federatedly with the encoder, dGen and classifier frozen; by default NeighGen and the classifier
+train together from the first round (as in OpenFGL), and ``schedule: authors`` runs theirs: in its
+first stage-1 round each client trains NeighGen with a classifier of its own for
+``pretrain_epochs`` (without the banks), every stage-1 step then moves fGen alone, and the
+federated classifier stays at its initial weights until stage 2 (their fresh classifier); stage-1
+evaluations then score the client's own classifier. NeighGen's encoder is as wide as the run's
 ``hidden`` (theirs 32). The model average weights clients by training nodes (both references
 average uniformly). The authors test the stage-2 classifier on the whole original graph; here,
 as in OpenFGL, each client is evaluated on its own mended graph. NeighGen stays in the client's
@@ -57,7 +61,8 @@ next round, so the switch comes one evaluation later.
 
 from __future__ import annotations
 
-from typing import Sequence
+import copy
+from typing import Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -96,6 +101,10 @@ class NeighGen(nn.Module):
             g = F.relu(layer(g))
         g = torch.tanh(self.features(F.dropout(g, self.dropout, self.training)))
         return counts, g.view(x.shape[0], self.num_pred, x.shape[1])
+
+    def fgen_parameters(self) -> list[nn.Parameter]:
+        """fGen's weights: what the authors' federated stage trains."""
+        return [*self.fgen.parameters(), *self.features.parameters()]
 
 
 def used_slots(counts: Tensor, num_pred: int) -> Tensor:
@@ -215,6 +224,12 @@ class FedSagePlus(Algorithm):
         bank_nodes: int = Field(64, ge=1, description="nodes whose neighbours fill a client's neighbour bank")
         gen_lr: float = Field(1e-3, gt=0.0, description="NeighGen's Adam learning rate")
         gen_weight_decay: float = Field(1e-4, ge=0.0, description="NeighGen's Adam weight decay")
+        schedule: Literal["joint", "authors"] = Field(
+            "joint", description="joint: stage 1 trains NeighGen with the federated classifier (OpenFGL); authors: "
+                                 "each client first trains NeighGen with a local classifier for pretrain_epochs, stage "
+                                 "1 then trains fGen alone, and stage 2's classifier starts fresh (zkhku/fedsage)")
+        pretrain_epochs: int = Field(20, ge=0, description="schedule authors: local epochs of NeighGen and its "
+                                                            "classifier before stage 1's first fGen step")
 
     def stage1_rounds(self) -> int:
         return min(self.options.gen_rounds, max(1, self.config.rounds // 2))
@@ -236,13 +251,17 @@ class FedSagePlus(Algorithm):
         impaired_edges, _ = subgraph(kept, edge_index.cpu(), relabel_nodes=True, num_nodes=x.shape[0])
         neighgen = NeighGen(x.shape[1], self.config.hidden, options.latent, options.num_pred,
                             self.config.dropout).to(ctx.device)
-        ctx.state["fedsage"] = {
+        adam = dict(lr=options.gen_lr, weight_decay=options.gen_weight_decay)
+        state = ctx.state["fedsage"] = {
             "kept": kept.to(ctx.device), "edges": impaired_edges.to(ctx.device),
             "missing": counts[rows].to(ctx.device), "targets": targets.to(ctx.device),     # training rows only
-            "neighgen": neighgen,
-            "optimizer": torch.optim.Adam(neighgen.parameters(), lr=options.gen_lr,
-                                          weight_decay=options.gen_weight_decay),
+            "neighgen": neighgen, "optimizer": torch.optim.Adam(neighgen.parameters(), **adam),
         }
+        if options.schedule == "authors":      # stage 1's own classifier; the federated one waits for stage 2
+            classifier = copy.deepcopy(ctx.model)
+            state |= {"classifier": classifier, "pretrained": False,
+                      "classifier_optimizer": torch.optim.Adam(classifier.parameters(), **adam),
+                      "fgen_optimizer": torch.optim.Adam(neighgen.fgen_parameters(), **adam)}
 
     def receive(self, ctx: ClientContext, broadcast: Broadcast) -> None:
         super().receive(ctx, broadcast)
@@ -265,32 +284,49 @@ class FedSagePlus(Algorithm):
         return {"loss": float(loss.detach())}
 
     def train_generator(self, ctx: ClientContext) -> dict[str, float]:
-        options, state = self.options, ctx.state["fedsage"]
-        data, neighgen = ctx.data, state["neighgen"]
+        """One stage-1 round: NeighGen with the federated classifier (``joint``), or, after the
+        client's local pre-training, fGen alone against its own classifier (``authors``)."""
+        state = ctx.state["fedsage"]
+        if self.options.schedule == "joint":
+            classifier, optimizers = ctx.model, (ctx.optimizer, state["optimizer"])
+        else:
+            classifier, optimizers = state["classifier"], (state["fgen_optimizer"],)
+            if not state["pretrained"]:
+                for _ in range(self.options.pretrain_epochs):
+                    self.generator_step(ctx, classifier, (state["optimizer"], state["classifier_optimizer"]), [])
+                state["pretrained"] = True
+        banks = self.other_banks(ctx)
+        loss, terms = torch.zeros(()), {}
+        for _ in range(self.config.local_epochs):
+            loss, terms = self.generator_step(ctx, classifier, optimizers, banks)
+        return {"loss": float(loss.detach())} | {f"{name}_loss": float(value.detach()) for name, value in terms.items()}
+
+    def generator_step(self, ctx: ClientContext, classifier: nn.Module, optimizers: Sequence[torch.optim.Optimizer],
+                       banks: Sequence[Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """One step of ``optimizers`` on NeighGen's loss, ``classifier`` classifying the mended impaired graph."""
+        options, state, data = self.options, ctx.state["fedsage"], ctx.data
+        neighgen = state["neighgen"]
         x = ctx.task.node_inputs(data)[0][state["kept"]]
         train, y = data.train_mask[state["kept"]], data.y[state["kept"]]
-        banks = self.other_banks(ctx)
-        ctx.model.train()
+        classifier.train()
         neighgen.train()
-        terms: dict[str, Tensor] = {}
-        for _ in range(self.config.local_epochs):
-            ctx.optimizer.zero_grad(set_to_none=True)
-            state["optimizer"].zero_grad(set_to_none=True)
-            counts, generated = neighgen(x, state["edges"])
-            slots = used_slots(counts, options.num_pred)
-            mended_x, mended_edges = mend(x, state["edges"], torch.arange(x.shape[0], device=x.device), slots, generated)
-            logits = ctx.model(mended_x, mended_edges)[: x.shape[0]]
-            own = (generated[train], slots[train])
-            terms = {"degree": F.smooth_l1_loss(counts[train], state["missing"].to(counts.dtype)),
-                     "feature": matched_feature_loss(*own, state["targets"], state["missing"]),
-                     "classification": F.cross_entropy(logits[train], y[train]),
-                     "cross": sum((bank_loss(*own, state["missing"], bank) for bank in banks), x.new_zeros(()))}
-            loss = (options.degree_weight * terms["degree"] + options.feature_weight * terms["feature"]
-                    + options.classification_weight * terms["classification"] + options.cross_weight * terms["cross"])
-            loss.backward()
-            ctx.optimizer.step()
-            state["optimizer"].step()
-        return {"loss": float(loss.detach())} | {f"{name}_loss": float(value.detach()) for name, value in terms.items()}
+        classifier.zero_grad(set_to_none=True)
+        neighgen.zero_grad(set_to_none=True)
+        counts, generated = neighgen(x, state["edges"])
+        slots = used_slots(counts, options.num_pred)
+        mended_x, mended_edges = mend(x, state["edges"], torch.arange(x.shape[0], device=x.device), slots, generated)
+        logits = classifier(mended_x, mended_edges)[: x.shape[0]]
+        own = (generated[train], slots[train])
+        terms = {"degree": F.smooth_l1_loss(counts[train], state["missing"].to(counts.dtype)),
+                 "feature": matched_feature_loss(*own, state["targets"], state["missing"]),
+                 "classification": F.cross_entropy(logits[train], y[train]),
+                 "cross": sum((bank_loss(*own, state["missing"], bank) for bank in banks), x.new_zeros(()))}
+        loss = (options.degree_weight * terms["degree"] + options.feature_weight * terms["feature"]
+                + options.classification_weight * terms["classification"] + options.cross_weight * terms["cross"])
+        loss.backward()
+        for optimizer in optimizers:
+            optimizer.step()
+        return loss, terms
 
     def other_banks(self, ctx: ClientContext) -> list[Tensor]:
         """The neighbour banks of the other clients in the broadcast, on the client's device."""
@@ -311,15 +347,20 @@ class FedSagePlus(Algorithm):
                 torch.manual_seed(derive_seed(self.config.seed, HIDE_STREAM, ctx.client_id, 1))
                 counts, generated = state["neighgen"](x[state["kept"]], state["edges"])
             state["mended"] = mend(x, edge_index, state["kept"], used_slots(counts, self.options.num_pred), generated)
-            for spent in ("neighgen", "optimizer", "targets"):        # stage 2 needs only the mended graph
-                del state[spent]
+            for spent in ("neighgen", "optimizer", "targets", "classifier", "classifier_optimizer", "fgen_optimizer"):
+                state.pop(spent, None)                              # stage 2 needs only the mended graph
         return state["mended"]
 
     @torch.no_grad()
     def predict(self, ctx: ClientContext, batch) -> Tensor:
-        """Stage 1: the classifier on the client's graph; from stage 2 on (which the evaluation after
-        stage 1's last round opens), on the mended graph."""
+        """Stage 1: the classifier on the client's graph (``authors``: the client's own stage-1
+        classifier); from stage 2 on (which the evaluation after stage 1's last round opens), the
+        federated classifier on the mended graph."""
         if ctx.state["fedsage_round"] < self.stage1_rounds():
+            if self.options.schedule == "authors":
+                classifier = ctx.state["fedsage"]["classifier"]
+                classifier.eval()
+                return ctx.task.classify(classifier, ctx.task.encode(classifier, batch), batch)
             return super().predict(ctx, batch)
         ctx.model.eval()
         return ctx.model(*self.mended_graph(ctx))[: ctx.data.num_nodes]

@@ -156,3 +156,38 @@ def test_the_other_clients_banks_are_moved_to_the_clients_device(make_config, ma
     ctx.device = torch.device("meta")           # not the broadcast's (CPU) device
     banks = algorithm.other_banks(ctx)
     assert len(banks) == 2 and all(bank.device.type == "meta" for bank in banks)
+
+
+def test_the_authors_schedule_pretrains_locally_then_steps_fgen_alone_and_leaves_the_federated_classifier_fresh(
+        make_config, tiny_data, run_local):
+    config = make_config("fedsage_plus", model="sage", rounds=4, algorithm_options={
+        "schedule": "authors", "pretrain_epochs": 3, "gen_rounds": 2, "bank_nodes": 3, "num_pred": 2, "latent": 8})
+    backend = run_local(config, tiny_data, 0)
+    fresh = backend.server.models[GLOBAL].params.clone()
+    state = backend.host.clients[0].ctx.state["fedsage"]
+
+    def snapshot(module):
+        return [p.detach().clone() for p in module.parameters()]
+
+    def changed(before, module):
+        return [not torch.equal(a, b) for a, b in zip(before, module.parameters())]
+
+    neighgen, classifier = state["neighgen"], state["classifier"]
+    fgen = {id(p) for p in neighgen.fgen_parameters()}
+    encoder_and_count = [p for p in neighgen.parameters() if id(p) not in fgen]
+    initial = snapshot(neighgen), snapshot(classifier)
+    backend.run_round(0)                                                      # local pre-training, then fGen
+    assert state["pretrained"]
+    assert all(changed(initial[0], neighgen)) and all(changed(initial[1], classifier))
+    torch.testing.assert_close(backend.server.models[GLOBAL].params, fresh)     # the federated one never trained
+    neighgen.count.weight.data.zero_(), neighgen.count.bias.data.fill_(3.0)   # 2 slots used: the banks count
+    frozen = [p.detach().clone() for p in encoder_and_count], snapshot(classifier)
+    generator = [p.detach().clone() for p in neighgen.fgen_parameters()]
+    result = backend.run_round(1)
+    assert result.updates[0]["cross_loss"] > 0
+    assert all(torch.equal(a, b) for a, b in zip(frozen[0], encoder_and_count))
+    assert not any(changed(frozen[1], classifier))
+    assert all(not torch.equal(a, b) for a, b in zip(generator, neighgen.fgen_parameters()))
+    torch.testing.assert_close(backend.server.models[GLOBAL].params, fresh)
+    backend.run_round(2)                                                      # stage 2 trains it from there
+    assert "classifier" not in state and not torch.equal(backend.server.models[GLOBAL].params, fresh)
