@@ -56,6 +56,8 @@ def crashed_and_resumed(make, data, crash_round: int, **changes):
     {"algorithm": "fggp"},                                      # kNN view, edge generator, prototype banks
     {"algorithm": "adafgl", "algorithm_options": {"federated_rounds": 2}},   # resumes in stage 2
     {"algorithm": "fedsage_plus", "algorithm_options": {"gen_rounds": 3, "latent": 8}},  # generators, banks, mending
+    {"algorithm": "fedsage_plus", "algorithm_options": {"gen_rounds": 3, "latent": 8, "schedule": "authors",
+                                                        "pretrain_epochs": 2}},   # local classifiers, fGen's Adams
     {"algorithm": "fedspa", "fraction_fit": 0.67},              # edge types, energies, HBDA reports, sampling
     {"algorithm": "fedspa", "aggregator": "fedia"},             # FedIA (repl.)
     {"algorithm": "fedtad", "aggregator": "fedia"},             # server generator and Adams, FedIA's alpha
