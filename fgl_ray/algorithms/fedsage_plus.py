@@ -286,28 +286,31 @@ class FedSagePlus(Algorithm):
     def train_generator(self, ctx: ClientContext) -> dict[str, float]:
         """One stage-1 round: NeighGen with the federated classifier (``joint``), or, after the
         client's local pre-training, fGen alone against its own classifier (``authors``)."""
-        state = ctx.state["fedsage"]
+        state, data = ctx.state["fedsage"], ctx.data
+        impaired = (ctx.task.node_inputs(data)[0][state["kept"]], data.train_mask[state["kept"]], data.y[state["kept"]])
         if self.options.schedule == "joint":
             classifier, optimizers = ctx.model, (ctx.optimizer, state["optimizer"])
         else:
             classifier, optimizers = state["classifier"], (state["fgen_optimizer"],)
             if not state["pretrained"]:
                 for _ in range(self.options.pretrain_epochs):
-                    self.generator_step(ctx, classifier, (state["optimizer"], state["classifier_optimizer"]), [])
+                    pretraining = (state["optimizer"], state["classifier_optimizer"])
+                    self.generator_step(ctx, impaired, classifier, pretraining, [])
                 state["pretrained"] = True
         banks = self.other_banks(ctx)
         loss, terms = torch.zeros(()), {}
         for _ in range(self.config.local_epochs):
-            loss, terms = self.generator_step(ctx, classifier, optimizers, banks)
+            loss, terms = self.generator_step(ctx, impaired, classifier, optimizers, banks)
         return {"loss": float(loss.detach())} | {f"{name}_loss": float(value.detach()) for name, value in terms.items()}
 
-    def generator_step(self, ctx: ClientContext, classifier: nn.Module, optimizers: Sequence[torch.optim.Optimizer],
+    def generator_step(self, ctx: ClientContext, impaired: tuple[Tensor, Tensor, Tensor], classifier: nn.Module,
+                       optimizers: Sequence[torch.optim.Optimizer],
                        banks: Sequence[Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
-        """One step of ``optimizers`` on NeighGen's loss, ``classifier`` classifying the mended impaired graph."""
-        options, state, data = self.options, ctx.state["fedsage"], ctx.data
+        """One step of ``optimizers`` on NeighGen's loss, ``classifier`` classifying the mended impaired
+        graph; ``impaired``: its features, training mask and labels."""
+        options, state = self.options, ctx.state["fedsage"]
         neighgen = state["neighgen"]
-        x = ctx.task.node_inputs(data)[0][state["kept"]]
-        train, y = data.train_mask[state["kept"]], data.y[state["kept"]]
+        x, train, y = impaired
         classifier.train()
         neighgen.train()
         classifier.zero_grad(set_to_none=True)
